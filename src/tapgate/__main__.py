@@ -1,0 +1,5 @@
+"""``python -m tapgate`` runs the command line."""
+
+from tapgate.cli import main
+
+main()

@@ -1,0 +1,1 @@
+"""Adapters: one per technology, each implementing a port."""

@@ -1,0 +1,1 @@
+"""Storage adapters: SQLite and PostgreSQL through SQLAlchemy, and an in-memory store."""

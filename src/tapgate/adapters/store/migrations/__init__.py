@@ -1,0 +1,1 @@
+"""Alembic migrations; they run unchanged on SQLite and PostgreSQL."""

@@ -1,0 +1,113 @@
+"""The tables, as SQLAlchemy Core metadata; the migrations in ``migrations/versions`` create them.
+
+Every table carries ``tenant_id``, and every key that points across tables includes it, so a row can
+never reference another tenant's row. On PostgreSQL each table has a row-level-security policy on it.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    Column,
+    DateTime,
+    ForeignKeyConstraint,
+    MetaData,
+    String,
+    Table,
+    Text,
+    TypeDecorator,
+)
+from sqlalchemy.engine import Dialect
+
+
+class UtcDateTime(TypeDecorator[datetime]):
+    """A timezone-aware UTC datetime on both engines (SQLite keeps no zone; this puts it back)."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("naive datetime given to the store; pass an aware UTC time")
+        value = value.astimezone(UTC)
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        assert isinstance(value, datetime)
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+metadata = MetaData()
+
+tenants = Table(
+    "tenants",
+    metadata,
+    Column("tenant_id", String(40), primary_key=True),
+    Column("name", String(80), nullable=False),
+    Column("created_at", UtcDateTime, nullable=False),
+)
+
+users = Table(
+    "users",
+    metadata,
+    Column("tenant_id", String(40), primary_key=True),
+    Column("user_id", String(40), primary_key=True),
+    Column("display_name", String(80), nullable=False),
+    Column("created_at", UtcDateTime, nullable=False),
+    ForeignKeyConstraint(["tenant_id"], ["tenants.tenant_id"], ondelete="CASCADE"),
+)
+
+credentials = Table(
+    "credentials",
+    metadata,
+    Column("tenant_id", String(40), primary_key=True),
+    Column("credential_id", String(16), primary_key=True),
+    Column("kind", String(16), nullable=False),
+    Column("secret_hash", String(64), nullable=False),
+    Column("scopes", String(200), nullable=False),
+    Column("user_id", String(40)),
+    Column("agent_id", String(40)),
+    Column("device_id", String(24)),
+    Column("require_device_signature", Boolean),
+    Column("created_at", UtcDateTime, nullable=False),
+    Column("revoked_at", UtcDateTime),
+    ForeignKeyConstraint(["tenant_id"], ["tenants.tenant_id"], ondelete="CASCADE"),
+    ForeignKeyConstraint(["tenant_id", "user_id"], ["users.tenant_id", "users.user_id"], ondelete="CASCADE"),
+)
+
+audit_heads = Table(
+    "audit_heads",
+    metadata,
+    Column("tenant_id", String(40), primary_key=True),
+    Column("seq", BigInteger, nullable=False),
+    Column("hash", String(64), nullable=False),
+    ForeignKeyConstraint(["tenant_id"], ["tenants.tenant_id"], ondelete="CASCADE"),
+)
+
+audit_entries = Table(
+    "audit_entries",
+    metadata,
+    Column("tenant_id", String(40), primary_key=True),
+    Column("seq", BigInteger, primary_key=True, autoincrement=False),
+    Column("at", UtcDateTime, nullable=False),
+    Column("action", String(60), nullable=False),
+    Column("actor", String(120), nullable=False),
+    Column("outcome", String(30), nullable=False),
+    Column("subject", String(200), nullable=False),
+    Column("reason", Text, nullable=False),
+    Column("data", Text, nullable=False),
+    Column("prev_hash", String(64), nullable=False),
+    Column("hash", String(64), nullable=False),
+    ForeignKeyConstraint(["tenant_id"], ["tenants.tenant_id"], ondelete="CASCADE"),
+)
+
+TENANT_TABLES = tuple(t.name for t in metadata.sorted_tables)
+APPEND_ONLY_TABLES = ("audit_entries",)

@@ -1,0 +1,42 @@
+"""The FastAPI application: routes mounted, errors mapped, middleware in place."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+from prometheus_client import CollectorRegistry
+
+from tapgate import __version__
+from tapgate.api import errors
+from tapgate.api.middleware import BodyLimit, Observe
+from tapgate.api.routes import accounts, audit, health
+from tapgate.gateway import Gateway
+
+
+def create_app(gateway: Gateway, max_body_bytes: int = 65_536) -> FastAPI:
+    """The HTTP API over ``gateway``; closing the app closes the gateway."""
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            await gateway.close()
+
+    app = FastAPI(
+        title="tapgate",
+        version=__version__,
+        summary="Let an AI agent act on a person's devices while the person stays in charge.",
+        lifespan=lifespan,
+    )
+    app.state.gateway = gateway
+    app.state.metrics = CollectorRegistry()
+    errors.install(app)
+    app.include_router(health.router)
+    app.include_router(accounts.router)
+    app.include_router(audit.router)
+    app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
+    app.add_middleware(Observe, registry=app.state.metrics)
+    return app

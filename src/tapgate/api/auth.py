@@ -1,0 +1,31 @@
+"""Bearer authentication: every route but the open ones resolves its caller here."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import Depends, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+
+from tapgate.domain.errors import Unauthenticated
+from tapgate.domain.principals import Principal
+from tapgate.gateway import Gateway
+
+_bearer = HTTPBearer(auto_error=False, description="A tapgate token: operator, user, agent or device.")
+
+
+def gateway(request: Request) -> Gateway:
+    gw: Gateway = request.app.state.gateway
+    return gw
+
+
+async def _caller(
+    request: Request, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
+) -> Principal:
+    if credentials is None:
+        raise Unauthenticated("This needs a token: send 'Authorization: Bearer <token>'.")
+    return await gateway(request).authenticate(credentials.credentials)
+
+
+Caller = Annotated[Principal, Depends(_caller)]
+GatewayDep = Annotated[Gateway, Depends(gateway)]

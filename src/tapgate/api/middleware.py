@@ -1,0 +1,97 @@
+"""ASGI middleware: the body size limit, request metrics and the access log."""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from tapgate.api.errors import error_response
+from tapgate.domain.errors import TooLarge
+
+access = logging.getLogger("tapgate.access")
+
+
+class BodyLimit:
+    """Refuse bodies over ``max_bytes`` with 413, whether announced by Content-Length or streamed."""
+
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        for name, value in scope["headers"]:
+            if name == b"content-length" and (not value.isdigit() or int(value) > self.max_bytes):
+                response = error_response(
+                    413, TooLarge.code, f"The body is over {self.max_bytes} bytes; send less."
+                )
+                await response(scope, receive, send)
+                return
+        seen = 0
+
+        async def limited() -> Message:
+            nonlocal seen
+            message = await receive()
+            seen += len(message.get("body", b""))
+            if seen > self.max_bytes:
+                raise TooLarge(f"The body is over {self.max_bytes} bytes; send less.")
+            return message
+
+        await self.app(scope, limited, send)
+
+
+class Observe:
+    """Count and time every request by route template, and write one access log line without bodies."""
+
+    def __init__(self, app: ASGIApp, registry: CollectorRegistry) -> None:
+        self.app = app
+        self.requests = Counter(
+            "tapgate_http_requests",
+            "HTTP requests by route and status",
+            ["method", "route", "status"],
+            registry=registry,
+        )
+        self.latency = Histogram(
+            "tapgate_http_request_seconds",
+            "HTTP request latency by route",
+            ["method", "route"],
+            registry=registry,
+            buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 1, 5, 30),
+        )
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        status = 500
+
+        async def observed(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, observed)
+        finally:
+            route: Any = scope.get("route")
+            template = getattr(route, "path", "unmatched")
+            elapsed = time.perf_counter() - started
+            self.requests.labels(scope["method"], template, str(status)).inc()
+            self.latency.labels(scope["method"], template).observe(elapsed)
+            access.info(
+                "request",
+                extra={
+                    "method": scope["method"],
+                    "route": template,
+                    "status": status,
+                    "ms": round(elapsed * 1000, 2),
+                },
+            )

@@ -1,0 +1,287 @@
+"""The ``tapgate`` command (DESIGN Appendix B). Exit 0 on success, 1 on a failure it explains, 2 on misuse."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import os
+import secrets
+import sys
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Annotated, TypeVar
+
+import typer
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+
+from tapgate.domain.audit import BrokenChain
+from tapgate.domain.errors import ConfigurationError, TapgateError
+from tapgate.domain.principals import Principal, TokenKind
+
+T = TypeVar("T")
+
+app = typer.Typer(
+    help="tapgate: let an AI agent act on a person's devices while the person stays in charge.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+tenant_app = typer.Typer(help="Tenants: one deployment's customers.", no_args_is_help=True)
+token_app = typer.Typer(help="Tokens for operators, users and agents.", no_args_is_help=True)
+audit_app = typer.Typer(help="The audit journal.", no_args_is_help=True)
+app.add_typer(tenant_app, name="tenant")
+app.add_typer(token_app, name="token")
+app.add_typer(audit_app, name="audit")
+
+ConfigOption = Annotated[
+    str | None, typer.Option("--config", help="Settings file (default: TAPGATE_CONFIG, else ./tapgate.toml).")
+]
+
+
+def fail(message: str) -> typer.Exit:
+    typer.echo(message, err=True)
+    return typer.Exit(1)
+
+
+def _run(work: Callable[[], Awaitable[T]]) -> T:
+    try:
+        return asyncio.run(work())  # type: ignore[arg-type]
+    except TapgateError as e:
+        raise fail(e.message) from None
+    except BrokenChain as e:
+        raise fail(f"The audit journal is broken: {e}.") from None
+
+
+def _settings(config: str | None):  # type: ignore[no-untyped-def]
+    from tapgate.config import load_settings
+
+    try:
+        return load_settings(config)
+    except ConfigurationError as e:
+        raise fail(e.message) from None
+
+
+def _operator(tenant_id: str) -> Principal:
+    return Principal(tenant_id=tenant_id, credential_id="cli", kind=TokenKind.OPERATOR, scopes=frozenset())
+
+
+def _vapid_private_key() -> str:
+    key = ec.generate_private_key(ec.SECP256R1())
+    der = key.private_bytes(
+        serialization.Encoding.DER, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+    return base64.urlsafe_b64encode(der).rstrip(b"=").decode()
+
+
+def settings_file_text(database_path: Path) -> str:
+    """The tapgate.toml that ``tapgate init`` writes: both device flags on, fresh secrets."""
+    return f'''# tapgate settings; every key can also be set as TAPGATE_<KEY> (the environment wins).
+database_url = "sqlite:///{database_path}"
+device_channel_enabled = true
+device_sms_enabled = true
+public_url = "http://127.0.0.1:8080"          # what pairing links and QR codes point at
+# policies_file = "policies.yaml"
+invocation_timeout_seconds = 300
+device_call_timeout_seconds = 10
+ingest_daily_cap = 500
+approval_sign_ttl_seconds = 3600
+max_devices_per_user = 10
+max_open_confirmations = 5
+require_device_signature = false
+notice_text = false
+relay_secret = "{secrets.token_urlsafe(32)}"
+
+[push_relays]                                  # push kind -> your relay's URL, e.g.
+# fcm = "https://relay.example/push"
+
+[webpush]
+vapid_private_key = "{_vapid_private_key()}"
+subject = "mailto:admin@example.com"
+'''
+
+
+@app.command()
+def init(
+    directory: Annotated[
+        Path, typer.Option("--dir", help="Where to write tapgate.toml and the database.")
+    ] = Path(),
+    force: Annotated[bool, typer.Option(help="Overwrite an existing tapgate.toml.")] = False,
+) -> None:
+    """Write tapgate.toml, create the SQLite database and the tenant 'default', print its operator token."""
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / "tapgate.toml"
+    if path.exists() and not force:
+        raise fail(f"{path} exists; pass --force to overwrite it, or use another --dir.")
+    path.write_text(settings_file_text(Path("tapgate.db")))
+    path.chmod(0o600)
+    settings = _settings(str(path))
+
+    async def work() -> str:
+        from tapgate.adapters.store.migrate import migrate
+        from tapgate.bootstrap import build_gateway
+
+        await migrate(settings.database_url)
+        gateway = build_gateway(settings)
+        try:
+            return (await gateway.create_tenant("default")).token
+        finally:
+            await gateway.close()
+
+    token = _run(work)
+    typer.echo(f"Wrote {path}; the database is {settings.database_url}.")
+    typer.echo("Start the gateway with: tapgate serve --config " + str(path))
+    typer.echo("The operator token of tenant 'default' (shown once):")
+    typer.echo(token)
+
+
+@app.command()
+def migrate(
+    config: ConfigOption = None,
+    admin_url: Annotated[
+        str | None,
+        typer.Option(
+            help="PostgreSQL: a role that may create roles and tables (or TAPGATE_ADMIN_DATABASE_URL)."
+        ),
+    ] = None,
+) -> None:
+    """Bring the database to the latest schema (on PostgreSQL, set up the app's role and RLS too)."""
+    from tapgate.adapters.store.migrate import migrate as run_migrate
+
+    settings = _settings(config)
+    typer.echo(
+        _run(lambda: run_migrate(settings.database_url, admin_url or settings.admin_database_url or None))
+    )
+
+
+@app.command()
+def serve(
+    config: ConfigOption = None,
+    host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to listen on.")] = 8080,
+    workers: Annotated[
+        int, typer.Option(min=1, help="Worker processes (PostgreSQL only for more than 1).")
+    ] = 1,
+) -> None:
+    """Run the gateway; refuses to start, with the reason, on a bad configuration."""
+    import uvicorn
+
+    from tapgate.adapters.store.migrate import pending_migrations
+    from tapgate.adapters.store.urls import is_postgres
+
+    settings = _settings(config)
+    if workers > 1 and not is_postgres(settings.database_url):
+        raise fail("More than one worker needs PostgreSQL; SQLite serves one process. Use --workers 1.")
+    try:
+        behind = asyncio.run(pending_migrations(settings.database_url))
+    except Exception:
+        raise fail(
+            "The database in database_url cannot be reached; check it, then run 'tapgate migrate'."
+        ) from None
+    if behind:
+        raise fail("The database is not at the latest schema; run 'tapgate migrate' first.")
+    if config:
+        os.environ["TAPGATE_CONFIG"] = str(Path(config).resolve())
+    uvicorn.run(
+        "tapgate.bootstrap:app_from_environment",
+        factory=True,
+        host=host,
+        port=port,
+        workers=workers,
+        access_log=False,
+        log_config=None,
+        ws_per_message_deflate=False,
+    )
+
+
+@tenant_app.command("create")
+def tenant_create(name: str, config: ConfigOption = None) -> None:
+    """Create a tenant and print its operator token on the last line."""
+    settings = _settings(config)
+
+    async def work() -> str:
+        from tapgate.bootstrap import build_gateway
+
+        gateway = build_gateway(settings)
+        try:
+            return (await gateway.create_tenant(name)).token
+        finally:
+            await gateway.close()
+
+    token = _run(work)
+    typer.echo(f"Tenant {name!r} created. Its operator token (shown once):")
+    typer.echo(token)
+
+
+@token_app.command("create")
+def token_create(
+    tenant: Annotated[str, typer.Option(help="The tenant.")],
+    kind: Annotated[str, typer.Option(help="user, agent or operator.")],
+    user: Annotated[str | None, typer.Option(help="The user the token acts for (user and agent).")] = None,
+    scope: Annotated[list[str] | None, typer.Option(help="A scope; repeat for more (default: all).")] = None,
+    agent_id: Annotated[str | None, typer.Option(help="The agent's id (agent tokens).")] = None,
+    config: ConfigOption = None,
+) -> None:
+    """Mint a token and print it on the last line."""
+    if kind not in ("user", "agent", "operator"):
+        typer.echo("--kind must be user, agent or operator.", err=True)
+        raise typer.Exit(2)
+    if kind != "operator" and not user:
+        typer.echo(f"A {kind} token acts for a user: pass --user.", err=True)
+        raise typer.Exit(2)
+    settings = _settings(config)
+
+    async def work() -> str:
+        from tapgate.bootstrap import build_gateway
+
+        gateway = build_gateway(settings)
+        try:
+            if kind == "operator":
+                return (await gateway.create_operator_token(tenant)).token
+            assert user is not None
+            new = await gateway.create_token(_operator(tenant), user, TokenKind(kind), scope, agent_id)
+            return new.token
+        finally:
+            await gateway.close()
+
+    typer.echo(_run(work))
+
+
+@audit_app.command("verify")
+def audit_verify(
+    config: ConfigOption = None,
+    tenant: Annotated[str | None, typer.Option(help="Only this tenant (default: every tenant).")] = None,
+) -> None:
+    """Check the audit journal's hash chain; exit 1 at the first entry that does not verify."""
+    settings = _settings(config)
+
+    async def work() -> dict[str, int]:
+        from tapgate.bootstrap import build_gateway
+
+        gateway = build_gateway(settings)
+        try:
+            return await gateway.verify_audit(tenant)
+        finally:
+            await gateway.close()
+
+    counts = _run(work)
+    for tenant_id, count in counts.items():
+        typer.echo(f"tenant {tenant_id}: {count} entries, chain intact")
+    typer.echo(f"The audit journal verifies: {sum(counts.values())} entries in {len(counts)} tenants.")
+
+
+@app.command()
+def demo(
+    keep: Annotated[bool, typer.Option(help="Keep the temporary folder and print where it is.")] = False,
+) -> None:
+    """The whole story on a fresh temporary SQLite; exits 0 when every step did what it says."""
+    from tapgate.demo import run_demo
+
+    raise typer.Exit(run_demo(keep=keep))
+
+
+def main() -> None:
+    try:
+        app()
+    except KeyboardInterrupt:
+        sys.exit(130)

@@ -1,0 +1,135 @@
+"""Settings from ``tapgate.toml`` and ``TAPGATE_*`` variables (the environment wins), read once at the edge.
+
+A relative SQLite path or policies file is taken relative to the settings file's folder, so a deployment
+folder can be moved as a whole.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
+
+from tapgate.domain.errors import ConfigurationError
+
+DEFAULT_FILE = "tapgate.toml"
+
+
+class WebPushSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    vapid_private_key: str = ""
+    subject: str = "mailto:admin@example.com"
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix="TAPGATE_", env_nested_delimiter="__", extra="forbid", frozen=True
+    )
+
+    database_url: str = "sqlite:///./tapgate.db"
+    admin_database_url: str = ""
+    device_channel_enabled: bool = False
+    device_sms_enabled: bool = False
+    public_url: str = "http://127.0.0.1:8080"
+    policies_file: str = ""
+    invocation_timeout_seconds: int = Field(300, ge=5, le=86_400)
+    device_call_timeout_seconds: int = Field(10, ge=1, le=600)
+    ingest_daily_cap: int = Field(500, ge=0, le=1_000_000)
+    approval_sign_ttl_seconds: int = Field(3600, ge=30, le=86_400)
+    max_devices_per_user: int = Field(10, ge=1, le=1000)
+    max_open_confirmations: int = Field(5, ge=1, le=1000)
+    invocation_poll_seconds: float = Field(2, gt=0, le=60)
+    require_device_signature: bool = False
+    notice_text: bool = False
+    relay_secret: str = ""
+    push_relays: dict[str, str] = Field(default_factory=dict)
+    webpush: WebPushSettings = Field(default_factory=WebPushSettings)
+    max_body_bytes: int = Field(65_536, ge=1024, le=16 * 1024 * 1024)
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+
+    @model_validator(mode="after")
+    def _flags_are_paired(self) -> Settings:
+        if self.device_channel_enabled != self.device_sms_enabled:
+            raise ValueError(
+                "device_channel_enabled and device_sms_enabled are paired: set both to true, or both to "
+                "false (TAPGATE_DEVICE_CHANNEL_ENABLED and TAPGATE_DEVICE_SMS_ENABLED)"
+            )
+        return self
+
+    @property
+    def devices_enabled(self) -> bool:
+        return self.device_channel_enabled and self.device_sms_enabled
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # The file comes from model_config["toml_file"], set by load_settings on a subclass.
+        return init_settings, env_settings, TomlConfigSettingsSource(settings_cls)
+
+
+def config_path(explicit: str | None = None) -> Path | None:
+    """The settings file to read: ``--config``, else TAPGATE_CONFIG, else ./tapgate.toml if present."""
+    named = explicit or os.environ.get("TAPGATE_CONFIG")
+    if named:
+        path = Path(named)
+        if not path.is_file():
+            raise ConfigurationError(f"The settings file {named} does not exist; run 'tapgate init' first.")
+        return path
+    default = Path(DEFAULT_FILE)
+    return default if default.is_file() else None
+
+
+def load_settings(explicit: str | None = None, **overrides: Any) -> Settings:
+    """Read and check the settings once. Raises ConfigurationError naming the key and the reason."""
+    path = config_path(explicit)
+    where = str(path) if path else "the environment"
+    try:
+        settings = _reading(path)(**overrides)
+    except ValidationError as e:
+        problems = []
+        for err in e.errors():
+            key = ".".join(str(p) for p in err["loc"]) or "settings"
+            reason = err["msg"].removeprefix("Value error, ")
+            if err["type"] == "extra_forbidden":
+                reason = "is not a tapgate setting (check its spelling)"
+            problems.append(f"{key}: {reason}")
+        raise ConfigurationError(f"Bad settings in {where}: " + "; ".join(problems) + ".") from e
+    except ValueError as e:  # a settings file that is not valid TOML
+        raise ConfigurationError(f"{where} is not valid TOML: {e}.") from e
+    return _anchor_paths(settings, path.parent if path else Path.cwd())
+
+
+def _reading(path: Path | None) -> type[Settings]:
+    if path is None:
+        return Settings
+
+    class FileSettings(Settings):
+        model_config = SettingsConfigDict(toml_file=path)
+
+    return FileSettings
+
+
+def _anchor_paths(settings: Settings, base: Path) -> Settings:
+    changes: dict[str, Any] = {}
+    prefix = "sqlite:///"
+    url = settings.database_url
+    if url.startswith(prefix) and not url.startswith(prefix + "/") and ":memory:" not in url:
+        changes["database_url"] = prefix + str((base / url[len(prefix) :]).resolve())
+    if settings.policies_file and not Path(settings.policies_file).is_absolute():
+        changes["policies_file"] = str((base / settings.policies_file).resolve())
+    return settings.model_copy(update=changes) if changes else settings

@@ -1,0 +1,52 @@
+"""Tenants, users and the credentials their tokens stand for."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from tapgate.domain.principals import Principal, Scope, TokenKind
+
+
+@dataclass(frozen=True, slots=True)
+class Tenant:
+    tenant_id: str
+    name: str
+    created_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class User:
+    tenant_id: str
+    user_id: str
+    display_name: str
+    created_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Credential:
+    """A token as stored: its hash and what it may do, never the token."""
+
+    tenant_id: str
+    credential_id: str
+    kind: TokenKind
+    secret_hash: str
+    scopes: frozenset[Scope]
+    created_at: datetime
+    user_id: str | None = None
+    agent_id: str | None = None
+    device_id: str | None = None
+    require_device_signature: bool | None = None
+    revoked_at: datetime | None = None
+
+    def principal(self) -> Principal:
+        return Principal(
+            tenant_id=self.tenant_id,
+            credential_id=self.credential_id,
+            kind=self.kind,
+            scopes=self.scopes,
+            user_id=self.user_id,
+            agent_id=self.agent_id,
+            device_id=self.device_id,
+            require_device_signature=self.require_device_signature,
+        )

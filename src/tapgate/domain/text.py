@@ -1,0 +1,34 @@
+"""Text that a person or a model will read: refuse what can hide or forge a line."""
+
+from __future__ import annotations
+
+import unicodedata
+
+from tapgate.domain.errors import InvalidInput
+
+# Categories that never belong in text shown to a person or a model: control, format (bidirectional
+# overrides, zero-width joiners, the tag block), unassigned, private use and surrogates.
+_BAD_CATEGORIES = frozenset({"Cc", "Cf", "Cn", "Co", "Cs"})
+_INVISIBLE = frozenset({"\u115f", "\u1160", "\u3164", "\uffa0", "\u2800"})
+
+
+def unsafe_character(text: str, allow_newlines: bool = False) -> str | None:
+    """The first character of ``text`` that must not be shown, as ``U+XXXX``, or None."""
+    for ch in text:
+        if allow_newlines and ch in "\n\t":
+            continue
+        if unicodedata.category(ch) in _BAD_CATEGORIES or ch in _INVISIBLE:
+            return f"U+{ord(ch):04X}"
+    return None
+
+
+def check_display_text(value: str, field: str, max_length: int, allow_newlines: bool = False) -> str:
+    """Return ``value`` if it is safe to show and not longer than ``max_length``; else raise InvalidInput."""
+    if len(value) > max_length:
+        raise InvalidInput(field, f"{field} is longer than {max_length} characters.")
+    bad = unsafe_character(value, allow_newlines=allow_newlines)
+    if bad is not None:
+        raise InvalidInput(
+            field, f"{field} contains {bad}, a control, format or invisible character; remove it."
+        )
+    return value

@@ -1,0 +1,1 @@
+"""Use cases: one transaction per call, no HTTP and no SQL."""

@@ -1,0 +1,141 @@
+"""Shared fixtures: stores over every engine, a PostgreSQL database per test session, an API client.
+
+PostgreSQL tests need a server: TAPGATE_TEST_POSTGRES_ADMIN (default
+postgresql://postgres@127.0.0.1:5432/postgres) names a role that may create databases and roles. Where
+none answers, those tests are skipped with that reason, unless TAPGATE_TEST_POSTGRES_REQUIRED is set
+(as .ci/run does), which turns the skip into a failure.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import secrets
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import asyncpg
+import httpx
+import pytest
+
+from tapgate.adapters.clock import FrozenClock
+from tapgate.adapters.store.memory import MemoryStore
+from tapgate.adapters.store.migrate import migrate
+from tapgate.adapters.store.sql import open_sql_store
+from tapgate.bootstrap import build_app
+from tapgate.config import Settings
+from tapgate.ports import Store
+
+ADMIN_URL = os.environ.get("TAPGATE_TEST_POSTGRES_ADMIN", "postgresql://postgres@127.0.0.1:5432/postgres")
+HOW_TO_GET_POSTGRES = (
+    f"PostgreSQL is not reachable at {ADMIN_URL}: start it "
+    "(pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start) "
+    "or point TAPGATE_TEST_POSTGRES_ADMIN at a superuser URL"
+)
+
+
+@dataclass(frozen=True)
+class PostgresDatabase:
+    """A throwaway database migrated by ``tapgate migrate``: the app's URL and the admin's URL."""
+
+    app_url: str
+    admin_url: str
+    name: str
+    role: str
+
+
+def _server_dsn(database: str) -> str:
+    return ADMIN_URL.rsplit("/", 1)[0] + "/" + database
+
+
+async def _reachable() -> bool:
+    try:
+        conn = await asyncpg.connect(ADMIN_URL, timeout=3)
+    except (OSError, asyncpg.PostgresError, TimeoutError):
+        return False
+    await conn.close()
+    return True
+
+
+async def _drop(database: str, role: str) -> None:
+    conn = await asyncpg.connect(ADMIN_URL)
+    try:
+        await conn.execute(f"DROP DATABASE IF EXISTS {database} WITH (FORCE)")
+        await conn.execute(f"DROP ROLE IF EXISTS {role}")
+    finally:
+        await conn.close()
+
+
+def new_postgres_database() -> Iterator[PostgresDatabase]:
+    if not asyncio.run(_reachable()):
+        if os.environ.get("TAPGATE_TEST_POSTGRES_REQUIRED"):
+            pytest.fail(HOW_TO_GET_POSTGRES)
+        pytest.skip(HOW_TO_GET_POSTGRES)
+    suffix = secrets.token_hex(4)
+    name, role = f"tapgate_test_{suffix}", f"tapgate_app_{suffix}"
+    host = ADMIN_URL.split("@", 1)[1].rsplit("/", 1)[0]
+    app_url = f"postgresql://{role}@{host}/{name}"
+    asyncio.run(migrate(app_url, ADMIN_URL))
+    try:
+        yield PostgresDatabase(app_url, _server_dsn(name), name, role)
+    finally:
+        asyncio.run(_drop(name, role))
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[PostgresDatabase]:
+    yield from new_postgres_database()
+
+
+@pytest.fixture
+def sqlite_url(tmp_path: Path) -> str:
+    url = f"sqlite:///{tmp_path / 'tapgate.db'}"
+    asyncio.run(migrate(url))
+    return url
+
+
+@pytest.fixture(params=["memory", "sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+async def store(request: pytest.FixtureRequest) -> AsyncIterator[Store]:
+    """The same contract over every Store adapter."""
+    if request.param == "memory":
+        yield MemoryStore()
+        return
+    url = (
+        request.getfixturevalue("sqlite_url")
+        if request.param == "sqlite"
+        else request.getfixturevalue("postgres").app_url
+    )
+    sql = open_sql_store(url)
+    try:
+        yield sql
+    finally:
+        await sql.close()
+
+
+@pytest.fixture
+def clock() -> FrozenClock:
+    return FrozenClock()
+
+
+def tenant_name() -> str:
+    """A fresh tenant per test, so tests can share one PostgreSQL database."""
+    return f"t-{secrets.token_hex(4)}"
+
+
+@pytest.fixture
+def settings(sqlite_url: str) -> Settings:
+    return Settings(database_url=sqlite_url)
+
+
+@pytest.fixture
+async def api(settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
+    """The HTTP API in process (ASGI), over a migrated SQLite."""
+    app = build_app(settings)
+    transport = httpx.ASGITransport(app=app)
+    async with (
+        app.router.lifespan_context(app),
+        httpx.AsyncClient(transport=transport, base_url="http://tapgate.test") as client,
+    ):
+        client.app = app  # type: ignore[attr-defined]
+        yield client
