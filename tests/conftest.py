@@ -11,9 +11,11 @@ from __future__ import annotations
 import asyncio
 import os
 import secrets
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Coroutine, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, TypeVar
 
 import asyncpg
 import httpx
@@ -26,6 +28,8 @@ from tapgate.adapters.store.sql import open_sql_store
 from tapgate.bootstrap import build_app
 from tapgate.config import Settings
 from tapgate.ports import Store
+
+T = TypeVar("T")
 
 ADMIN_URL = os.environ.get("TAPGATE_TEST_POSTGRES_ADMIN", "postgresql://postgres@127.0.0.1:5432/postgres")
 HOW_TO_GET_POSTGRES = (
@@ -43,6 +47,12 @@ class PostgresDatabase:
     admin_url: str
     name: str
     role: str
+
+
+def blocking(coroutine: Coroutine[Any, Any, T]) -> T:
+    """Run ``coroutine`` to the end on its own loop, even from inside a running one (fixtures)."""
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, coroutine).result()
 
 
 def _server_dsn(database: str) -> str:
@@ -68,7 +78,7 @@ async def _drop(database: str, role: str) -> None:
 
 
 def new_postgres_database() -> Iterator[PostgresDatabase]:
-    if not asyncio.run(_reachable()):
+    if not blocking(_reachable()):
         if os.environ.get("TAPGATE_TEST_POSTGRES_REQUIRED"):
             pytest.fail(HOW_TO_GET_POSTGRES)
         pytest.skip(HOW_TO_GET_POSTGRES)
@@ -76,11 +86,11 @@ def new_postgres_database() -> Iterator[PostgresDatabase]:
     name, role = f"tapgate_test_{suffix}", f"tapgate_app_{suffix}"
     host = ADMIN_URL.split("@", 1)[1].rsplit("/", 1)[0]
     app_url = f"postgresql://{role}@{host}/{name}"
-    asyncio.run(migrate(app_url, ADMIN_URL))
+    blocking(migrate(app_url, ADMIN_URL))
     try:
         yield PostgresDatabase(app_url, _server_dsn(name), name, role)
     finally:
-        asyncio.run(_drop(name, role))
+        blocking(_drop(name, role))
 
 
 @pytest.fixture(scope="session")
@@ -91,7 +101,7 @@ def postgres() -> Iterator[PostgresDatabase]:
 @pytest.fixture
 def sqlite_url(tmp_path: Path) -> str:
     url = f"sqlite:///{tmp_path / 'tapgate.db'}"
-    asyncio.run(migrate(url))
+    blocking(migrate(url))
     return url
 
 

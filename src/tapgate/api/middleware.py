@@ -22,28 +22,44 @@ class BodyLimit:
         self.app = app
         self.max_bytes = max_bytes
 
+    async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
+        message = f"The body is over {self.max_bytes} bytes; send less."
+        await error_response(413, TooLarge.code, message)(scope, receive, send)
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         for name, value in scope["headers"]:
             if name == b"content-length" and (not value.isdigit() or int(value) > self.max_bytes):
-                response = error_response(
-                    413, TooLarge.code, f"The body is over {self.max_bytes} bytes; send less."
-                )
-                await response(scope, receive, send)
+                await self._refuse(scope, receive, send)
                 return
-        seen = 0
+        if not any(name == b"content-length" for name, _ in scope["headers"]):
+            # A streamed body: read it whole (it is small or refused) and replay it to the app.
+            chunks, seen, more = [], 0, True
+            while more:
+                message = await receive()
+                if message["type"] != "http.request":
+                    break
+                chunks.append(message.get("body", b""))
+                seen += len(chunks[-1])
+                more = message.get("more_body", False)
+                if seen > self.max_bytes:
+                    await self._refuse(scope, receive, send)
+                    return
+            body = b"".join(chunks)
+            replayed = False
 
-        async def limited() -> Message:
-            nonlocal seen
-            message = await receive()
-            seen += len(message.get("body", b""))
-            if seen > self.max_bytes:
-                raise TooLarge(f"The body is over {self.max_bytes} bytes; send less.")
-            return message
+            async def replay() -> Message:
+                nonlocal replayed
+                if replayed:
+                    return await receive()
+                replayed = True
+                return {"type": "http.request", "body": body, "more_body": False}
 
-        await self.app(scope, limited, send)
+            await self.app(scope, replay, send)
+            return
+        await self.app(scope, receive, send)
 
 
 class Observe:

@@ -1,0 +1,111 @@
+"""The Store contract: every adapter (memory, SQLite, PostgreSQL) passes the same suite."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+
+from tapgate.adapters.clock import FrozenClock
+from tapgate.domain.accounts import Credential, Tenant, User
+from tapgate.domain.audit import AuditRecord, verify_chain
+from tapgate.domain.errors import Conflict
+from tapgate.domain.principals import Scope, TokenKind
+from tapgate.ports import Store
+from tests.conftest import tenant_name
+
+NOW = datetime(2026, 3, 1, 12, 30, 15, 123456, tzinfo=UTC)
+
+
+async def _tenant(store: Store) -> str:
+    name = tenant_name()
+    async with store.unit_of_work(name) as uow:
+        await uow.tenants.add(Tenant(name, name, NOW))
+    return name
+
+
+async def test_a_tenant_reads_back_as_written(store: Store) -> None:
+    name = await _tenant(store)
+    async with store.unit_of_work(name) as uow:
+        assert await uow.tenants.get() == Tenant(name, name, NOW)
+    assert name in await store.tenant_ids()
+
+
+async def test_a_second_tenant_of_the_same_name_is_a_conflict(store: Store) -> None:
+    name = await _tenant(store)
+    with pytest.raises(Conflict):
+        async with store.unit_of_work(name) as uow:
+            await uow.tenants.add(Tenant(name, "again", NOW))
+
+
+async def test_users_are_unique_per_tenant_and_invisible_to_others(store: Store) -> None:
+    a, b = await _tenant(store), await _tenant(store)
+    async with store.unit_of_work(a) as uow:
+        await uow.users.add(User(a, "ana", "Ana", NOW))
+    async with store.unit_of_work(b) as uow:
+        assert await uow.users.get("ana") is None
+        await uow.users.add(User(b, "ana", "Another Ana", NOW))
+    with pytest.raises(Conflict):
+        async with store.unit_of_work(a) as uow:
+            await uow.users.add(User(a, "ana", "Ana twice", NOW))
+    async with store.unit_of_work(a) as uow:
+        assert await uow.users.get("ana") == User(a, "ana", "Ana", NOW)
+
+
+async def test_a_credential_round_trips_with_its_scopes_and_bindings(store: Store) -> None:
+    a = await _tenant(store)
+    credential = Credential(
+        a,
+        "0123456789abcdef",
+        TokenKind.USER,
+        "f" * 64,
+        frozenset({Scope.APPROVE, Scope.DEVICE_READ}),
+        NOW,
+        user_id="ana",
+        require_device_signature=True,
+    )
+    async with store.unit_of_work(a) as uow:
+        await uow.users.add(User(a, "ana", "Ana", NOW))
+        await uow.credentials.add(credential)
+    async with store.unit_of_work(a) as uow:
+        assert await uow.credentials.get("0123456789abcdef") == credential
+        assert await uow.credentials.get("fedcba9876543210") is None
+
+
+async def test_a_failed_unit_of_work_leaves_nothing(store: Store) -> None:
+    a = await _tenant(store)
+
+    async def fail_midway() -> None:
+        async with store.unit_of_work(a) as uow:
+            await uow.users.add(User(a, "ana", "Ana", NOW))
+            await uow.journal.append(AuditRecord("user.created", "test", subject="ana"), NOW)
+            raise RuntimeError("stop before commit")
+
+    with pytest.raises(RuntimeError):
+        await fail_midway()
+    async with store.unit_of_work(a) as uow:
+        assert await uow.users.get("ana") is None
+        assert list(await uow.journal.read(0, 10)) == []
+
+
+async def test_the_journal_chains_entries_in_order_and_pages(store: Store) -> None:
+    a, b = await _tenant(store), await _tenant(store)
+    clock = FrozenClock(NOW)
+    for i in range(5):
+        async with store.unit_of_work(a) as uow:
+            await uow.journal.append(
+                AuditRecord("thing.done", "test", subject=f"s{i}", data={"n": i}), clock.now()
+            )
+        clock.advance(1)
+    async with store.unit_of_work(b) as uow:
+        await uow.journal.append(AuditRecord("other.done", "test"), clock.now())
+    async with store.unit_of_work(a) as uow:
+        entries = list(await uow.journal.read(0, 10))
+        page = list(await uow.journal.read(2, 2))
+    assert [e.seq for e in entries] == [1, 2, 3, 4, 5]
+    assert [e.data["n"] for e in entries] == [0, 1, 2, 3, 4]
+    assert [e.seq for e in page] == [3, 4]
+    assert verify_chain(a, entries) == 5
+    assert entries[0].at == NOW
+    async with store.unit_of_work(b) as uow:
+        assert [e.action for e in await uow.journal.read(0, 10)] == ["other.done"]
