@@ -139,9 +139,29 @@ def settings(sqlite_url: str) -> Settings:
 
 
 @pytest.fixture
+def device_settings(sqlite_url: str) -> Settings:
+    return Settings(database_url=sqlite_url, device_channel_enabled=True, device_sms_enabled=True)
+
+
+@pytest.fixture
 async def api(settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
-    """The HTTP API in process (ASGI), over a migrated SQLite."""
-    app = build_app(settings)
+    """The HTTP API in process (ASGI), over a migrated SQLite, with the device flags off."""
+    async for client in asgi_client(settings):
+        yield client
+
+
+@pytest.fixture
+async def device_api(device_settings: Settings, clock: FrozenClock) -> AsyncIterator[httpx.AsyncClient]:
+    """The HTTP API in process (ASGI), over a migrated SQLite, with the device channel on and a
+    clock the test moves."""
+    async for client in asgi_client(device_settings, clock):
+        yield client
+
+
+async def asgi_client(
+    settings: Settings, clock: FrozenClock | None = None
+) -> AsyncIterator[httpx.AsyncClient]:
+    app = build_app(settings, clock=clock)
     transport = httpx.ASGITransport(app=app)
     async with (
         app.router.lifespan_context(app),

@@ -21,8 +21,9 @@ from tapgate.adapters.clock import FrozenClock
 from tapgate.adapters.store.sql import open_sql_store
 from tapgate.adapters.store.tables import APPEND_ONLY_TABLES, TENANT_TABLES, metadata
 from tapgate.domain.principals import TokenKind
-from tapgate.services import accounts
+from tapgate.services import accounts, devices, pairings, sessions
 from tests.conftest import PostgresDatabase, blocking, tenant_name
+from tests.world import LAMP, device_body
 
 pytestmark = pytest.mark.postgres
 
@@ -49,10 +50,23 @@ async def _seed(url: str) -> TwoTenants:
             operator = await accounts.create_tenant(store, clock, tenant)
             caller = await accounts.authenticate(store, operator.token)
             await accounts.create_user(store, clock, caller, user, None)
-            await accounts.create_token(store, clock, caller, user, TokenKind.AGENT)
+            agent = await accounts.create_token(store, clock, caller, user, TokenKind.AGENT)
+            await _seed_devices(store, clock, caller, user, agent.token)
     finally:
         await store.close()
     return tenants
+
+
+async def _seed_devices(store: Any, clock: FrozenClock, operator: Any, user: str, agent_token: str) -> None:
+    """A device with capabilities, a claimed pairing, a session with a message: a row in every table."""
+    phone = {"name": "phone_actions", "kind": "actuator"}
+    await devices.enrol(store, clock, operator, user, device_body("desk-lamp", [LAMP, phone]), 10)
+    pairing = await pairings.start(store, clock, operator, user)
+    assert pairing.code is not None
+    await pairings.claim_code(store, clock, {"code": pairing.code, **device_body("phone", [LAMP])}, 10)
+    agent = await accounts.authenticate(store, agent_token)
+    await sessions.put(store, clock, agent, "chat-1", "chat", True)
+    await sessions.record_message(store, clock, agent, "chat-1", "desk-lamp", ["phone_actions"])
 
 
 @pytest.fixture(scope="module")

@@ -30,6 +30,7 @@ def build_gateway(settings: Settings, store: Store | None = None, clock: Clock |
         clock=clock or SystemClock(),
         limits=limits_from(settings),
         device_channel=settings.devices_enabled,
+        public_url=settings.public_url,
     )
 
 

@@ -267,7 +267,8 @@ def audit_verify(
     counts = _run(work)
     for tenant_id, count in counts.items():
         typer.echo(f"tenant {tenant_id}: {count} entries, chain intact")
-    typer.echo(f"The audit journal verifies: {sum(counts.values())} entries in {len(counts)} tenants.")
+    tenants = "1 tenant" if len(counts) == 1 else f"{len(counts)} tenants"
+    typer.echo(f"The audit journal verifies: {sum(counts.values())} entries in {tenants}.")
 
 
 @app.command()

@@ -6,6 +6,7 @@ when every step did what it says.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import shutil
 import signal
@@ -18,6 +19,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec
 from rich.console import Console
 
 console = Console(stderr=False, highlight=False)
@@ -78,6 +81,86 @@ def _wait_ready(client: httpx.Client, process: subprocess.Popen[str], seconds: f
     return False
 
 
+def _public_key() -> str:
+    key = ec.generate_private_key(ec.SECP256R1()).public_key()
+    der = key.public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
+    return base64.b64encode(der).decode()
+
+
+LAMP = {
+    "name": "set_light",
+    "kind": "actuator",
+    "description": "Turn the lamp on or off and set its brightness.",
+    "params": {"on": {"type": "boolean", "required": True}, "brightness": {"type": "number"}},
+}
+
+
+def _devices(
+    client: httpx.Client, operator: dict[str, str], user: dict[str, str], agent: dict[str, str]
+) -> None:
+    r = client.post(
+        "/v1/users/ana/devices",
+        headers=operator,
+        json={
+            "device_id": "desk-lamp",
+            "name": "Desk lamp",
+            "kind": "lamp",
+            "alg": "p256",
+            "public_key": _public_key(),
+            "capabilities": [LAMP],
+            "grants": ["set_light"],
+        },
+    )
+    _step(
+        "the operator enrols ana's desk lamp with its key, set_light granted",
+        r.status_code == 201,
+        r.text[:80],
+    )
+    r = client.post("/v1/users/ana/pairings", json={}, headers=user)
+    _step(
+        "ana asks for a pairing code (a link and a QR code)",
+        r.status_code == 201,
+        r.json().get("url", "")[:48],
+    )
+    pairing = r.json()
+    qr = client.get(f"/v1/pairings/{pairing['pairing_id']}/qr.svg", headers=user)
+    _step("the QR code draws as SVG", qr.status_code == 200 and "<svg" in qr.text)
+    r = client.post(
+        "/v1/pair",
+        json={
+            "code": pairing["code"],
+            "device_id": "ana-phone",
+            "name": "Ana's phone",
+            "kind": "phone",
+            "alg": "p256",
+            "public_key": _public_key(),
+            "capabilities": [{"name": "sms_send"}, {"name": "phone_actions"}],
+        },
+    )
+    _step(
+        "ana's phone claims the code and shows a comparison code",
+        r.status_code == 201,
+        r.json().get("comparison_code", ""),
+    )
+    r = client.post(
+        f"/v1/pairings/{pairing['pairing_id']}/consent",
+        headers=user,
+        json={
+            "comparison_code": r.json()["comparison_code"],
+            "approved": True,
+            "grants": ["sms_send"],
+        },
+    )
+    _step("ana types the code and grants sms_send only", r.status_code == 200, r.json()["device"]["status"])
+    r = client.get("/v1/tools", headers=agent)
+    names = [t["function"]["name"] for t in r.json()["tools"]]
+    _step(
+        "the agent sees exactly the granted tools",
+        names == ["device__desk_lamp__set_light", "device__ana_phone__sms_send"],
+        ", ".join(names),
+    )
+
+
 def run_demo(keep: bool = False) -> int:
     folder = Path(tempfile.mkdtemp(prefix="tapgate-demo-"))
     console.print(f"[bold]tapgate demo[/bold] in {folder}")
@@ -123,18 +206,22 @@ def _story(folder: Path) -> None:
         agent = r.json()["token"]
         r = client.post("/v1/users/ana/tokens", json={"kind": "user"}, headers=as_operator)
         _step("the operator mints ana's own user token", r.status_code == 201, ", ".join(r.json()["scopes"]))
+        user = r.json()["token"]
+        _devices(
+            client, as_operator, {"Authorization": f"Bearer {user}"}, {"Authorization": f"Bearer {agent}"}
+        )
         r = client.post("/v1/users", json={"user_id": "eve"}, headers={"Authorization": f"Bearer {agent}"})
         _step("an agent token cannot add people", r.status_code == 403, r.json()["error"]["message"])
         r = client.post("/v1/users", json={"user_id": "eve"})
         _step("no token, no entry", r.status_code == 401, r.json()["error"]["message"])
         r = client.get("/v1/audit", headers=as_operator)
         actions = [e["action"] for e in r.json()["entries"]]
-        _step(
-            "the audit journal holds every decision",
-            actions == ["tenant.created", "token.created", "user.created", "token.created", "token.created"],
-            " → ".join(actions),
-        )
-        secret_free = all(token not in r.text for token in (operator, agent))
+        expected = [
+            *("tenant.created", "token.created", "user.created", "token.created", "token.created"),
+            *("device.enrolled", "pairing.started", "pairing.claimed", "pairing.confirmed"),
+        ]
+        _step("the audit journal holds every decision", actions == expected, " → ".join(actions))
+        secret_free = all(token not in r.text for token in (operator, agent, user))
         _step("no token appears in the journal", secret_free)
     verified = _tapgate("audit", "verify", "--config", str(config))
     _step(

@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from tapgate.domain.accounts import User
 from tapgate.domain.audit import AuditEntry
-from tapgate.domain.principals import Principal, TokenKind
+from tapgate.domain.devices import Device
+from tapgate.domain.pairing import Pairing
+from tapgate.domain.principals import Principal, Scope, TokenKind
+from tapgate.domain.sessions import Session
+from tapgate.domain.tools import ToolFormat
 from tapgate.ports import Clock, Store
-from tapgate.services import accounts, journal
+from tapgate.services import accounts, devices, journal, pairings, sessions, tools
+from tapgate.services.devices import DeviceCaller, NewDevice
+from tapgate.services.pairings import Claimed
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,11 +37,19 @@ class Gateway:
     so the HTTP API, the MCP server and the CLI share one authorization rule per use case.
     """
 
-    def __init__(self, store: Store, clock: Clock, limits: Limits, device_channel: bool) -> None:
+    def __init__(
+        self,
+        store: Store,
+        clock: Clock,
+        limits: Limits,
+        device_channel: bool,
+        public_url: str = "http://127.0.0.1:8080",
+    ) -> None:
         self.store = store
         self.clock = clock
         self.limits = limits
         self.device_channel = device_channel
+        self.public_url = public_url
 
     async def close(self) -> None:
         await self.store.close()
@@ -81,3 +96,80 @@ class Gateway:
         """Entry counts per verified tenant; raises BrokenChain at the first bad entry."""
         tenants = [tenant_id] if tenant_id else list(await self.store.tenant_ids())
         return {t: await journal.verify_audit(self.store, t) for t in tenants}
+
+    # devices
+
+    async def enrol_device(self, caller: Principal, user_id: str, body: Mapping[str, Any]) -> NewDevice:
+        caller.require(TokenKind.OPERATOR)
+        return await devices.enrol(
+            self.store, self.clock, caller, user_id, body, self.limits.max_devices_per_user
+        )
+
+    async def list_devices(self, caller: Principal, user_id: str) -> list[Device]:
+        caller.require(TokenKind.OPERATOR, TokenKind.USER, scope=Scope.DEVICE_READ)
+        return await devices.list_devices(self.store, self.clock, caller, user_id)
+
+    async def set_grants(
+        self, caller: Principal, user_id: str, device_id: str, grants: Mapping[str, bool]
+    ) -> Device:
+        caller.require(TokenKind.OPERATOR, TokenKind.USER, scope=Scope.DEVICE_WRITE)
+        return await devices.set_grants(self.store, self.clock, caller, user_id, device_id, grants)
+
+    async def revoke_device(self, caller: Principal, user_id: str, device_id: str) -> None:
+        caller.require(TokenKind.OPERATOR, TokenKind.USER, scope=Scope.DEVICE_WRITE)
+        await devices.revoke(self.store, self.clock, caller, user_id, device_id)
+
+    async def authenticate_device(self, token: str) -> DeviceCaller:
+        """Revalidate the device behind a device token on every request, and mark it present."""
+        principal = await self.authenticate(token)
+        return await devices.authenticate_device(self.store, self.clock, principal)
+
+    async def redeclare_capabilities(self, caller: DeviceCaller, entries: object) -> Device:
+        devices.require_device_scope(caller, Scope.DEVICE_WRITE)
+        return await devices.redeclare_capabilities(self.store, self.clock, caller, entries)
+
+    # pairing
+
+    async def start_pairing(self, caller: Principal, user_id: str) -> tuple[Pairing, str]:
+        """A new pairing and the link its QR code carries."""
+        caller.require(TokenKind.OPERATOR, TokenKind.USER, scope=Scope.DEVICE_WRITE)
+        pairing = await pairings.start(self.store, self.clock, caller, user_id)
+        assert pairing.code is not None
+        return pairing, pairings.pairing_url(self.public_url, pairing.code)
+
+    async def pairing(self, caller: Principal, pairing_id: str) -> tuple[Pairing, Device | None]:
+        caller.require(TokenKind.OPERATOR, TokenKind.USER, scope=Scope.DEVICE_READ)
+        return await pairings.get(self.store, self.clock, caller, pairing_id)
+
+    async def pairing_link(self, caller: Principal, pairing_id: str) -> str:
+        caller.require(TokenKind.OPERATOR, TokenKind.USER, scope=Scope.DEVICE_WRITE)
+        code = await pairings.open_code(self.store, self.clock, caller, pairing_id)
+        return pairings.pairing_url(self.public_url, code)
+
+    async def claim_pairing(self, body: Mapping[str, Any]) -> Claimed:
+        return await pairings.claim_code(self.store, self.clock, body, self.limits.max_devices_per_user)
+
+    async def consent_pairing(
+        self, caller: Principal, pairing_id: str, comparison_code: str, approved: bool, grants: object
+    ) -> Device:
+        caller.require(TokenKind.OPERATOR, TokenKind.USER, scope=Scope.DEVICE_WRITE)
+        return await pairings.decide(
+            self.store, self.clock, caller, pairing_id, comparison_code, approved, grants
+        )
+
+    # sessions and tools
+
+    async def put_session(self, caller: Principal, session_id: str, kind: str, attended: bool) -> Session:
+        return await sessions.put(self.store, self.clock, caller, session_id, kind, attended)
+
+    async def record_message(
+        self, caller: Principal, session_id: str, device_id: str | None, capabilities: Sequence[str]
+    ) -> Session:
+        return await sessions.record_message(
+            self.store, self.clock, caller, session_id, device_id, capabilities
+        )
+
+    async def tools(
+        self, caller: Principal, session_id: str | None = None, format: ToolFormat = ToolFormat.OPENAI
+    ) -> list[dict[str, Any]]:
+        return await tools.list_tools(self.store, caller, session_id, format, self.device_channel)

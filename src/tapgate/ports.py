@@ -9,6 +9,9 @@ from typing import Protocol
 
 from tapgate.domain.accounts import Credential, Tenant, User
 from tapgate.domain.audit import AuditEntry, AuditRecord
+from tapgate.domain.devices import Declared, Device, DeviceStatus
+from tapgate.domain.pairing import Pairing
+from tapgate.domain.sessions import Session
 
 
 class Clock(Protocol):
@@ -37,6 +40,53 @@ class Credentials(Protocol):
 
     async def get(self, credential_id: str) -> Credential | None: ...
 
+    async def revoke_device(self, device_uid: str, at: datetime) -> None:
+        """Revoke every token of the device."""
+
+
+class Devices(Protocol):
+    async def add(self, device: Device) -> None:
+        """Store a device and its capabilities. Raises Conflict if the user has a live device of that id."""
+
+    async def get(self, user_id: str, device_id: str) -> Device | None:
+        """The user's live (pending or active) device of that id, with its capabilities."""
+
+    async def by_uid(self, device_uid: str) -> Device | None:
+        """Any device of the tenant by its internal id, revoked ones included."""
+
+    async def list(self, user_id: str) -> Sequence[Device]:
+        """The user's live devices, oldest first, with their capabilities."""
+
+    async def count_live(self, user_id: str) -> int: ...
+
+    async def set_capabilities(self, device_uid: str, capabilities: Sequence[Declared]) -> None:
+        """Replace the device's declared capabilities and their grants."""
+
+    async def set_status(self, device_uid: str, status: DeviceStatus, at: datetime) -> None: ...
+
+    async def touch(self, device_uid: str, at: datetime) -> None:
+        """Mark the device present at ``at``."""
+
+
+class Pairings(Protocol):
+    async def add(self, pairing: Pairing) -> None: ...
+
+    async def get(self, pairing_id: str) -> Pairing | None: ...
+
+    async def save(self, pairing: Pairing) -> None: ...
+
+
+class Sessions(Protocol):
+    async def get(self, user_id: str, session_id: str) -> Session | None: ...
+
+    async def save(self, session: Session) -> None:
+        """Insert or update the session."""
+
+    async def add_message(
+        self, session: Session, device_uid: str | None, capabilities: Sequence[str], at: datetime
+    ) -> int:
+        """Record one message's device and capabilities (never its text); returns its number."""
+
 
 class Journal(Protocol):
     async def append(self, record: AuditRecord, at: datetime) -> AuditEntry:
@@ -59,6 +109,12 @@ class UnitOfWork(Protocol):
     def credentials(self) -> Credentials: ...
     @property
     def journal(self) -> Journal: ...
+    @property
+    def devices(self) -> Devices: ...
+    @property
+    def pairings(self) -> Pairings: ...
+    @property
+    def sessions(self) -> Sessions: ...
 
 
 class Store(Protocol):

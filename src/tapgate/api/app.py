@@ -11,7 +11,7 @@ from prometheus_client import CollectorRegistry
 from tapgate import __version__
 from tapgate.api import errors
 from tapgate.api.middleware import BodyLimit, Observe
-from tapgate.api.routes import accounts, audit, health
+from tapgate.api.routes import accounts, agents, audit, device, devices, health, pairings
 from tapgate.gateway import Gateway
 
 
@@ -37,6 +37,12 @@ def create_app(gateway: Gateway, max_body_bytes: int = 65_536) -> FastAPI:
     app.include_router(health.router)
     app.include_router(accounts.router)
     app.include_router(audit.router)
+    app.include_router(agents.router)
+    if gateway.device_channel:
+        # With either device flag off, no device route exists at all (gate G12).
+        app.include_router(devices.router)
+        app.include_router(pairings.router)
+        app.include_router(device.router)
     app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
     app.add_middleware(Observe, registry=app.state.metrics)
     return app

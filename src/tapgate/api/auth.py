@@ -10,6 +10,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from tapgate.domain.errors import Unauthenticated
 from tapgate.domain.principals import Principal
 from tapgate.gateway import Gateway
+from tapgate.services.devices import DeviceCaller
 
 _bearer = HTTPBearer(auto_error=False, description="A tapgate token: operator, user, agent or device.")
 
@@ -29,3 +30,14 @@ async def _caller(
 
 Caller = Annotated[Principal, Depends(_caller)]
 GatewayDep = Annotated[Gateway, Depends(gateway)]
+
+
+async def _device(
+    request: Request, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
+) -> DeviceCaller:
+    if credentials is None:
+        raise Unauthenticated("This needs the device's token: send 'Authorization: Bearer <token>'.")
+    return await gateway(request).authenticate_device(credentials.credentials)
+
+
+DeviceDep = Annotated[DeviceCaller, Depends(_device)]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -54,3 +54,140 @@ class AuditPage(BaseModel):
 
 class Health(BaseModel):
     status: str
+
+
+class PushTargetBody(Request):
+    kind: str = Field(max_length=24, description="Push kind: a relay name such as fcm, or webpush, apns")
+    token: str = Field(max_length=4096, description="The device's push address for that kind")
+
+
+class DeviceBody(Request):
+    """A device as enrolment and pairing declare it; the manifest is checked entry by entry."""
+
+    device_id: str = Field(max_length=24, description="Lower-case words joined by '-'")
+    name: str = Field(max_length=40)
+    kind: str = Field(max_length=24, description="What it is: phone, lamp, laptop…")
+    alg: Literal["p256", "ed25519"]
+    public_key: str = Field(
+        max_length=1024, description="Base64: SubjectPublicKeyInfo, SEC1 point or raw Ed25519"
+    )
+    push: PushTargetBody | None = None
+    capabilities: list[dict[str, Any]] = Field(default_factory=list, max_length=32)
+
+
+class EnrolDevice(DeviceBody):
+    grants: list[str] | None = Field(None, max_length=32, description="Capabilities granted at once")
+
+
+class CapabilityView(BaseModel):
+    name: str
+    kind: str
+    description: str
+    params: dict[str, dict[str, Any]]
+    confirm: bool
+    granted: bool
+
+
+class PushView(BaseModel):
+    kind: str
+
+
+class DeviceView(BaseModel):
+    device_id: str
+    name: str
+    kind: str
+    alg: str
+    public_key: str
+    status: str
+    push: PushView | None
+    capabilities: list[CapabilityView]
+    created_at: str
+    last_seen_at: str | None
+
+
+class DeviceAnswer(BaseModel):
+    device: DeviceView
+
+
+class EnrolledDevice(BaseModel):
+    device: DeviceView
+    device_token: str = Field(description="Shown once; tapgate keeps only its hash.")
+
+
+class DeviceList(BaseModel):
+    devices: list[DeviceView]
+
+
+class Grants(Request):
+    grants: dict[str, bool] = Field(max_length=32)
+
+
+class Capabilities(Request):
+    capabilities: list[dict[str, Any]] = Field(max_length=32)
+
+
+class NewPairing(Request):
+    pass
+
+
+class PairingStarted(BaseModel):
+    pairing_id: str
+    code: str = Field(description="Single use, for 10 minutes; also inside url and the QR code")
+    url: str
+    expires_at: str
+
+
+class PairingView(BaseModel):
+    pairing_id: str
+    status: str
+    expires_at: str
+    device: DeviceView | None
+
+
+class Pair(DeviceBody):
+    code: str = Field(max_length=200)
+
+
+class Paired(BaseModel):
+    pairing_id: str
+    device_id: str
+    device_token: str = Field(description="Works once the person confirms the pairing")
+    comparison_code: str = Field(description="Show it: the person types it to confirm")
+    status: str
+
+
+class Consent(Request):
+    comparison_code: str = Field(max_length=6, pattern=r"^[0-9]{6}$")
+    approved: bool
+    grants: list[str] = Field(default_factory=list, max_length=32)
+
+
+class SessionBody(Request):
+    kind: Literal["chat", "schedule", "subagent"]
+    attended: bool
+
+
+class SessionView(BaseModel):
+    session_id: str
+    kind: str
+    attended: bool
+    created_at: str
+    updated_at: str
+
+
+class SessionAnswer(BaseModel):
+    session: SessionView
+
+
+class MessageBody(Request):
+    device_id: str | None = Field(None, max_length=24)
+    capabilities: list[str] = Field(default_factory=list, max_length=32)
+
+
+class MessageRecorded(BaseModel):
+    session_id: str
+    phone_action: bool = Field(description="Whether the phone_action tool is now offered in the session")
+
+
+class ToolList(BaseModel):
+    tools: list[dict[str, Any]]

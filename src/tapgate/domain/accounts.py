@@ -35,7 +35,7 @@ class Credential:
     created_at: datetime
     user_id: str | None = None
     agent_id: str | None = None
-    device_id: str | None = None
+    device_uid: str | None = None
     require_device_signature: bool | None = None
     revoked_at: datetime | None = None
 
@@ -47,6 +47,6 @@ class Credential:
             scopes=self.scopes,
             user_id=self.user_id,
             agent_id=self.agent_id,
-            device_id=self.device_id,
+            device_uid=self.device_uid,
             require_device_signature=self.require_device_signature,
         )

@@ -42,6 +42,7 @@ class Principal:
     scopes: frozenset[Scope]
     user_id: str | None = None
     agent_id: str | None = None
+    device_uid: str | None = None
     device_id: str | None = None
     require_device_signature: bool | None = None
 
@@ -53,7 +54,7 @@ class Principal:
         if self.kind is TokenKind.AGENT:
             return f"agent:{self.user_id}/{self.agent_id}"
         if self.kind is TokenKind.DEVICE:
-            return f"device:{self.user_id}/{self.device_id}"
+            return f"device:{self.user_id}/{self.device_id or self.device_uid}"
         return f"user:{self.user_id}"
 
     def acts_for(self, user_id: str) -> bool:

@@ -6,9 +6,10 @@ import unicodedata
 
 from tapgate.domain.errors import InvalidInput
 
-# Categories that never belong in text shown to a person or a model: control, format (bidirectional
+# Categories that never belong in text shown to a person or a model: control, line and paragraph
+# separators, format (bidirectional
 # overrides, zero-width joiners, the tag block), unassigned, private use and surrogates.
-_BAD_CATEGORIES = frozenset({"Cc", "Cf", "Cn", "Co", "Cs"})
+_BAD_CATEGORIES = frozenset({"Cc", "Cf", "Cn", "Co", "Cs", "Zl", "Zp"})
 _INVISIBLE = frozenset({"\u115f", "\u1160", "\u3164", "\uffa0", "\u2800"})
 
 

@@ -13,7 +13,10 @@ from datetime import datetime
 
 from tapgate.domain.accounts import Credential, Tenant, User
 from tapgate.domain.audit import GENESIS, AuditEntry, AuditRecord, chain_entry
+from tapgate.domain.devices import Declared, Device, DeviceStatus
 from tapgate.domain.errors import Conflict, StorageError
+from tapgate.domain.pairing import Pairing
+from tapgate.domain.sessions import Session
 
 
 @dataclass
@@ -22,6 +25,10 @@ class _State:
     users: dict[tuple[str, str], User] = field(default_factory=dict)
     credentials: dict[tuple[str, str], Credential] = field(default_factory=dict)
     audit: dict[str, list[AuditEntry]] = field(default_factory=dict)
+    devices: dict[tuple[str, str], Device] = field(default_factory=dict)
+    pairings: dict[tuple[str, str], Pairing] = field(default_factory=dict)
+    sessions: dict[tuple[str, str, str], Session] = field(default_factory=dict)
+    session_messages: dict[tuple[str, str, str], int] = field(default_factory=dict)
 
     def copy(self) -> _State:
         return _State(
@@ -29,6 +36,10 @@ class _State:
             dict(self.users),
             dict(self.credentials),
             {k: list(v) for k, v in self.audit.items()},
+            dict(self.devices),
+            dict(self.pairings),
+            dict(self.sessions),
+            dict(self.session_messages),
         )
 
 
@@ -61,6 +72,9 @@ class MemoryUnitOfWork:
         self.users = _Users(state, tenant_id)
         self.credentials = _Credentials(state, tenant_id)
         self.journal = _Journal(state, tenant_id)
+        self.devices = _Devices(state, tenant_id)
+        self.pairings = _Pairings(state, tenant_id)
+        self.sessions = _Sessions(state, tenant_id)
 
 
 class _Repo:
@@ -110,6 +124,99 @@ class _Credentials(_Repo):
 
     async def get(self, credential_id: str) -> Credential | None:
         return self.state.credentials.get((self.tenant_id, credential_id))
+
+    async def revoke_device(self, device_uid: str, at: datetime) -> None:
+        for key, credential in list(self.state.credentials.items()):
+            if key[0] == self.tenant_id and credential.device_uid == device_uid and not credential.revoked_at:
+                self.state.credentials[key] = replace(credential, revoked_at=at)
+
+
+class _Devices(_Repo):
+    def _mine(self) -> list[Device]:
+        found = [d for (tenant, _), d in self.state.devices.items() if tenant == self.tenant_id]
+        return sorted(found, key=lambda d: (d.created_at, d.device_uid))
+
+    async def add(self, device: Device) -> None:
+        self._own(device.tenant_id)
+        if await self.get(device.user_id, device.device_id) is not None:
+            raise Conflict(
+                f"User {device.user_id!r} has a device {device.device_id!r} already; pick another id."
+            )
+        if (device.tenant_id, device.user_id) not in self.state.users:
+            raise StorageError("A row refers to something that does not exist in this tenant.")
+        self.state.devices[(device.tenant_id, device.device_uid)] = device
+
+    async def get(self, user_id: str, device_id: str) -> Device | None:
+        return next(
+            (
+                d
+                for d in self._mine()
+                if d.user_id == user_id and d.device_id == device_id and d.status is not DeviceStatus.REVOKED
+            ),
+            None,
+        )
+
+    async def by_uid(self, device_uid: str) -> Device | None:
+        return self.state.devices.get((self.tenant_id, device_uid))
+
+    async def list(self, user_id: str) -> Sequence[Device]:
+        return [d for d in self._mine() if d.user_id == user_id and d.status is not DeviceStatus.REVOKED]
+
+    async def count_live(self, user_id: str) -> int:
+        return len(await self.list(user_id))
+
+    def _update(self, device_uid: str, **changes: object) -> None:
+        key = (self.tenant_id, device_uid)
+        if key in self.state.devices:
+            self.state.devices[key] = replace(self.state.devices[key], **changes)  # type: ignore[arg-type]
+
+    async def set_capabilities(self, device_uid: str, capabilities: Sequence[Declared]) -> None:
+        self._update(device_uid, capabilities=tuple(capabilities))
+
+    async def set_status(self, device_uid: str, status: DeviceStatus, at: datetime) -> None:
+        if status is DeviceStatus.REVOKED:
+            self._update(device_uid, status=status, revoked_at=at)
+        else:
+            self._update(device_uid, status=status)
+
+    async def touch(self, device_uid: str, at: datetime) -> None:
+        self._update(device_uid, last_seen_at=at)
+
+
+class _Pairings(_Repo):
+    async def add(self, pairing: Pairing) -> None:
+        self._own(pairing.tenant_id)
+        key = (pairing.tenant_id, pairing.pairing_id)
+        if key in self.state.pairings:
+            raise Conflict("That pairing exists already.")
+        self.state.pairings[key] = pairing
+
+    async def get(self, pairing_id: str) -> Pairing | None:
+        return self.state.pairings.get((self.tenant_id, pairing_id))
+
+    async def save(self, pairing: Pairing) -> None:
+        self._own(pairing.tenant_id)
+        self.state.pairings[(pairing.tenant_id, pairing.pairing_id)] = pairing
+
+
+class _Sessions(_Repo):
+    async def get(self, user_id: str, session_id: str) -> Session | None:
+        return self.state.sessions.get((self.tenant_id, user_id, session_id))
+
+    async def save(self, session: Session) -> None:
+        self._own(session.tenant_id)
+        key = (session.tenant_id, session.user_id, session.session_id)
+        existing = self.state.sessions.get(key)
+        if existing is not None:
+            session = replace(session, created_at=existing.created_at)
+        self.state.sessions[key] = session
+
+    async def add_message(
+        self, session: Session, device_uid: str | None, capabilities: Sequence[str], at: datetime
+    ) -> int:
+        key = (self.tenant_id, session.user_id, session.session_id)
+        self.state.session_messages[key] = self.state.session_messages.get(key, 0) + 1
+        return self.state.session_messages[key]
 
 
 class _Journal(_Repo):

@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import event, insert, select, text, update
+from sqlalchemy import delete, event, func, insert, select, text, update
 from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
@@ -22,8 +22,11 @@ from tapgate.adapters.store import tables as t
 from tapgate.adapters.store.urls import engine_url
 from tapgate.domain.accounts import Credential, Tenant, User
 from tapgate.domain.audit import GENESIS, AuditEntry, AuditRecord, chain_entry
+from tapgate.domain.devices import Declared, Device, DeviceStatus, PushTarget, parse_capability
 from tapgate.domain.errors import Conflict, StorageError
+from tapgate.domain.pairing import Pairing, PairingStatus
 from tapgate.domain.principals import Scope, TokenKind
+from tapgate.domain.sessions import Session, SessionKind
 
 log = logging.getLogger(__name__)
 
@@ -109,6 +112,9 @@ class SqlUnitOfWork:
         self.users = _Users(conn, tenant_id)
         self.credentials = _Credentials(conn, tenant_id)
         self.journal = _Journal(conn, tenant_id)
+        self.devices = _Devices(conn, tenant_id)
+        self.pairings = _Pairings(conn, tenant_id)
+        self.sessions = _Sessions(conn, tenant_id)
 
 
 class _Repo:
@@ -121,7 +127,9 @@ class _Repo:
             async with self.conn.begin_nested():
                 await self.conn.execute(insert(table).values(row))
         except IntegrityError as e:
-            raise Conflict(conflict) from e
+            if _is_unique_violation(e):
+                raise Conflict(conflict) from e
+            raise StorageError("A row refers to something that does not exist in this tenant.") from e
 
 
 class _Tenants(_Repo):
@@ -167,7 +175,7 @@ class _Credentials(_Repo):
             "scopes": " ".join(sorted(credential.scopes)),
             "user_id": credential.user_id,
             "agent_id": credential.agent_id,
-            "device_id": credential.device_id,
+            "device_uid": credential.device_uid,
             "require_device_signature": credential.require_device_signature,
             "created_at": credential.created_at,
             "revoked_at": credential.revoked_at,
@@ -183,19 +191,302 @@ class _Credentials(_Repo):
         ).first()
         if row is None:
             return None
-        return Credential(
-            tenant_id=row.tenant_id,
-            credential_id=row.credential_id,
-            kind=TokenKind(row.kind),
-            secret_hash=row.secret_hash,
-            scopes=frozenset(Scope(s) for s in row.scopes.split()),
-            created_at=row.created_at,
-            user_id=row.user_id,
-            agent_id=row.agent_id,
-            device_id=row.device_id,
-            require_device_signature=row.require_device_signature,
-            revoked_at=row.revoked_at,
+        return _credential(row)
+
+    async def revoke_device(self, device_uid: str, at: datetime) -> None:
+        c = t.credentials.c
+        await self.conn.execute(
+            update(t.credentials)
+            .where(c.tenant_id == self.tenant_id, c.device_uid == device_uid, c.revoked_at.is_(None))
+            .values(revoked_at=at)
         )
+
+
+def _is_unique_violation(error: IntegrityError) -> bool:
+    sqlstate = getattr(error.orig, "sqlstate", None) or getattr(error.orig, "pgcode", None)
+    return sqlstate == "23505" or "UNIQUE constraint failed" in str(error.orig)
+
+
+def _credential(row: Any) -> Credential:
+    return Credential(
+        tenant_id=row.tenant_id,
+        credential_id=row.credential_id,
+        kind=TokenKind(row.kind),
+        secret_hash=row.secret_hash,
+        scopes=frozenset(Scope(s) for s in row.scopes.split()),
+        created_at=row.created_at,
+        user_id=row.user_id,
+        agent_id=row.agent_id,
+        device_uid=row.device_uid,
+        require_device_signature=row.require_device_signature,
+        revoked_at=row.revoked_at,
+    )
+
+
+class _Devices(_Repo):
+    async def add(self, device: Device) -> None:
+        row = {
+            "tenant_id": device.tenant_id,
+            "device_uid": device.device_uid,
+            "user_id": device.user_id,
+            "device_id": device.device_id,
+            "name": device.name,
+            "kind": device.kind,
+            "alg": device.alg,
+            "public_key": device.public_key,
+            "status": device.status.value,
+            "push_kind": device.push.kind if device.push else None,
+            "push_token": device.push.token if device.push else None,
+            "created_at": device.created_at,
+            "last_seen_at": device.last_seen_at,
+            "revoked_at": device.revoked_at,
+        }
+        await self._insert(
+            t.devices,
+            row,
+            f"User {device.user_id!r} has a device {device.device_id!r} already; pick another id.",
+        )
+        await self.set_capabilities(device.device_uid, device.capabilities)
+
+    async def _load(self, where: Any) -> list[Device]:
+        c = t.devices.c
+        rows = (
+            await self.conn.execute(
+                select(t.devices)
+                .where(c.tenant_id == self.tenant_id, where)
+                .order_by(c.created_at, c.device_uid)
+            )
+        ).all()
+        if not rows:
+            return []
+        k = t.capabilities.c
+        declared: dict[str, list[Declared]] = {r.device_uid: [] for r in rows}
+        caps = await self.conn.execute(
+            select(k.device_uid, k.definition, k.granted)
+            .where(k.tenant_id == self.tenant_id, k.device_uid.in_(list(declared)))
+            .order_by(k.device_uid, k.position)
+        )
+        for cap in caps:
+            capability = parse_capability(json.loads(cap.definition), "stored").capability
+            declared[cap.device_uid].append(Declared(capability, cap.granted))
+        return [
+            Device(
+                tenant_id=r.tenant_id,
+                user_id=r.user_id,
+                device_uid=r.device_uid,
+                device_id=r.device_id,
+                name=r.name,
+                kind=r.kind,
+                alg=r.alg,
+                public_key=r.public_key,
+                status=DeviceStatus(r.status),
+                created_at=r.created_at,
+                push=PushTarget(r.push_kind, r.push_token) if r.push_kind else None,
+                last_seen_at=r.last_seen_at,
+                revoked_at=r.revoked_at,
+                capabilities=tuple(declared[r.device_uid]),
+            )
+            for r in rows
+        ]
+
+    async def get(self, user_id: str, device_id: str) -> Device | None:
+        c = t.devices.c
+        found = await self._load(
+            (c.user_id == user_id) & (c.device_id == device_id) & (c.status != DeviceStatus.REVOKED.value)
+        )
+        return found[0] if found else None
+
+    async def by_uid(self, device_uid: str) -> Device | None:
+        found = await self._load(t.devices.c.device_uid == device_uid)
+        return found[0] if found else None
+
+    async def list(self, user_id: str) -> Sequence[Device]:
+        c = t.devices.c
+        return await self._load((c.user_id == user_id) & (c.status != DeviceStatus.REVOKED.value))
+
+    async def count_live(self, user_id: str) -> int:
+        c = t.devices.c
+        count = await self.conn.scalar(
+            select(func.count()).where(
+                c.tenant_id == self.tenant_id, c.user_id == user_id, c.status != DeviceStatus.REVOKED.value
+            )
+        )
+        return int(count or 0)
+
+    async def set_capabilities(self, device_uid: str, capabilities: Sequence[Declared]) -> None:
+        k = t.capabilities.c
+        await self.conn.execute(
+            delete(t.capabilities).where(k.tenant_id == self.tenant_id, k.device_uid == device_uid)
+        )
+        if capabilities:
+            await self.conn.execute(
+                insert(t.capabilities),
+                [
+                    {
+                        "tenant_id": self.tenant_id,
+                        "device_uid": device_uid,
+                        "name": d.capability.name,
+                        "position": i,
+                        "definition": json.dumps(d.capability.as_dict(), sort_keys=True),
+                        "granted": d.granted,
+                    }
+                    for i, d in enumerate(capabilities)
+                ],
+            )
+
+    async def set_status(self, device_uid: str, status: DeviceStatus, at: datetime) -> None:
+        c = t.devices.c
+        values: dict[str, Any] = {"status": status.value}
+        if status is DeviceStatus.REVOKED:
+            values["revoked_at"] = at
+        await self.conn.execute(
+            update(t.devices).where(c.tenant_id == self.tenant_id, c.device_uid == device_uid).values(values)
+        )
+
+    async def touch(self, device_uid: str, at: datetime) -> None:
+        c = t.devices.c
+        await self.conn.execute(
+            update(t.devices)
+            .where(c.tenant_id == self.tenant_id, c.device_uid == device_uid)
+            .values(last_seen_at=at)
+        )
+
+
+class _Pairings(_Repo):
+    @staticmethod
+    def _row(p: Pairing) -> dict[str, Any]:
+        return {
+            "tenant_id": p.tenant_id,
+            "pairing_id": p.pairing_id,
+            "user_id": p.user_id,
+            "code_hash": p.code_hash,
+            "code": p.code,
+            "status": p.status.value,
+            "created_at": p.created_at,
+            "expires_at": p.expires_at,
+            "device_uid": p.device_uid,
+            "comparison_code": p.comparison_code,
+            "attempts": p.attempts,
+            "decided_at": p.decided_at,
+        }
+
+    async def add(self, pairing: Pairing) -> None:
+        await self._insert(t.pairings, self._row(pairing), "That pairing exists already.")
+
+    async def get(self, pairing_id: str) -> Pairing | None:
+        c = t.pairings.c
+        r = (
+            await self.conn.execute(
+                select(t.pairings).where(c.tenant_id == self.tenant_id, c.pairing_id == pairing_id)
+            )
+        ).first()
+        if r is None:
+            return None
+        return Pairing(
+            tenant_id=r.tenant_id,
+            pairing_id=r.pairing_id,
+            user_id=r.user_id,
+            code_hash=r.code_hash,
+            status=PairingStatus(r.status),
+            created_at=r.created_at,
+            expires_at=r.expires_at,
+            code=r.code,
+            device_uid=r.device_uid,
+            comparison_code=r.comparison_code,
+            attempts=r.attempts,
+            decided_at=r.decided_at,
+        )
+
+    async def save(self, pairing: Pairing) -> None:
+        c = t.pairings.c
+        await self.conn.execute(
+            update(t.pairings)
+            .where(c.tenant_id == self.tenant_id, c.pairing_id == pairing.pairing_id)
+            .values(self._row(pairing))
+        )
+
+
+class _Sessions(_Repo):
+    async def get(self, user_id: str, session_id: str) -> Session | None:
+        c = t.sessions.c
+        r = (
+            await self.conn.execute(
+                select(t.sessions).where(
+                    c.tenant_id == self.tenant_id, c.user_id == user_id, c.session_id == session_id
+                )
+            )
+        ).first()
+        if r is None:
+            return None
+        return Session(
+            tenant_id=r.tenant_id,
+            user_id=r.user_id,
+            session_id=r.session_id,
+            agent_id=r.agent_id,
+            kind=SessionKind(r.kind),
+            attended=r.attended,
+            created_at=r.created_at,
+            updated_at=r.updated_at,
+            latest_device_uid=r.latest_device_uid,
+            latest_capabilities=tuple(json.loads(r.latest_capabilities)),
+            phone_device_uid=r.phone_device_uid,
+        )
+
+    async def save(self, session: Session) -> None:
+        c = t.sessions.c
+        values = {
+            "agent_id": session.agent_id,
+            "kind": session.kind.value,
+            "attended": session.attended,
+            "updated_at": session.updated_at,
+            "latest_device_uid": session.latest_device_uid,
+            "latest_capabilities": json.dumps(list(session.latest_capabilities)),
+            "phone_device_uid": session.phone_device_uid,
+        }
+        changed = await self.conn.execute(
+            update(t.sessions)
+            .where(
+                c.tenant_id == self.tenant_id,
+                c.user_id == session.user_id,
+                c.session_id == session.session_id,
+            )
+            .values(values)
+        )
+        if changed.rowcount == 0:
+            await self.conn.execute(
+                insert(t.sessions).values(
+                    tenant_id=session.tenant_id,
+                    user_id=session.user_id,
+                    session_id=session.session_id,
+                    created_at=session.created_at,
+                    **values,
+                )
+            )
+
+    async def add_message(
+        self, session: Session, device_uid: str | None, capabilities: Sequence[str], at: datetime
+    ) -> int:
+        c = t.session_messages.c
+        last = await self.conn.scalar(
+            select(func.max(c.seq)).where(
+                c.tenant_id == self.tenant_id,
+                c.user_id == session.user_id,
+                c.session_id == session.session_id,
+            )
+        )
+        seq = int(last or 0) + 1
+        await self.conn.execute(
+            insert(t.session_messages).values(
+                tenant_id=self.tenant_id,
+                user_id=session.user_id,
+                session_id=session.session_id,
+                seq=seq,
+                device_uid=device_uid,
+                capabilities=json.dumps(list(capabilities)),
+                created_at=at,
+            )
+        )
+        return seq
 
 
 class _Journal(_Repo):

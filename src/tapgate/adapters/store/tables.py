@@ -15,11 +15,14 @@ from sqlalchemy import (
     Column,
     DateTime,
     ForeignKeyConstraint,
+    Index,
+    Integer,
     MetaData,
     String,
     Table,
     Text,
     TypeDecorator,
+    text,
 )
 from sqlalchemy.engine import Dialect
 
@@ -75,7 +78,7 @@ credentials = Table(
     Column("scopes", String(200), nullable=False),
     Column("user_id", String(40)),
     Column("agent_id", String(40)),
-    Column("device_id", String(24)),
+    Column("device_uid", String(16)),
     Column("require_device_signature", Boolean),
     Column("created_at", UtcDateTime, nullable=False),
     Column("revoked_at", UtcDateTime),
@@ -107,6 +110,105 @@ audit_entries = Table(
     Column("prev_hash", String(64), nullable=False),
     Column("hash", String(64), nullable=False),
     ForeignKeyConstraint(["tenant_id"], ["tenants.tenant_id"], ondelete="CASCADE"),
+)
+
+devices = Table(
+    "devices",
+    metadata,
+    Column("tenant_id", String(40), primary_key=True),
+    Column("device_uid", String(16), primary_key=True),
+    Column("user_id", String(40), nullable=False),
+    Column("device_id", String(24), nullable=False),
+    Column("name", String(40), nullable=False),
+    Column("kind", String(24), nullable=False),
+    Column("alg", String(16), nullable=False),
+    Column("public_key", Text, nullable=False),
+    Column("status", String(16), nullable=False),
+    Column("push_kind", String(24)),
+    Column("push_token", Text),
+    Column("created_at", UtcDateTime, nullable=False),
+    Column("last_seen_at", UtcDateTime),
+    Column("revoked_at", UtcDateTime),
+    ForeignKeyConstraint(["tenant_id", "user_id"], ["users.tenant_id", "users.user_id"], ondelete="CASCADE"),
+    # One live (pending or active) device per id and user; a revoked id may be paired again.
+    Index(
+        "devices_live_id",
+        "tenant_id",
+        "user_id",
+        "device_id",
+        unique=True,
+        sqlite_where=text("status != 'revoked'"),
+        postgresql_where=text("status != 'revoked'"),
+    ),
+)
+
+capabilities = Table(
+    "capabilities",
+    metadata,
+    Column("tenant_id", String(40), primary_key=True),
+    Column("device_uid", String(16), primary_key=True),
+    Column("name", String(30), primary_key=True),
+    Column("position", Integer, nullable=False),
+    Column("definition", Text, nullable=False),
+    Column("granted", Boolean, nullable=False),
+    ForeignKeyConstraint(
+        ["tenant_id", "device_uid"], ["devices.tenant_id", "devices.device_uid"], ondelete="CASCADE"
+    ),
+)
+
+pairings = Table(
+    "pairings",
+    metadata,
+    Column("tenant_id", String(40), primary_key=True),
+    Column("pairing_id", String(16), primary_key=True),
+    Column("user_id", String(40), nullable=False),
+    Column("code_hash", String(64), nullable=False),
+    Column("code", String(120)),
+    Column("status", String(20), nullable=False),
+    Column("created_at", UtcDateTime, nullable=False),
+    Column("expires_at", UtcDateTime, nullable=False),
+    Column("device_uid", String(16)),
+    Column("comparison_code", String(6)),
+    Column("attempts", Integer, nullable=False),
+    Column("decided_at", UtcDateTime),
+    ForeignKeyConstraint(["tenant_id", "user_id"], ["users.tenant_id", "users.user_id"], ondelete="CASCADE"),
+    ForeignKeyConstraint(
+        ["tenant_id", "device_uid"], ["devices.tenant_id", "devices.device_uid"], ondelete="CASCADE"
+    ),
+)
+
+sessions = Table(
+    "sessions",
+    metadata,
+    Column("tenant_id", String(40), primary_key=True),
+    Column("user_id", String(40), primary_key=True),
+    Column("session_id", String(100), primary_key=True),
+    Column("agent_id", String(40), nullable=False),
+    Column("kind", String(16), nullable=False),
+    Column("attended", Boolean, nullable=False),
+    Column("created_at", UtcDateTime, nullable=False),
+    Column("updated_at", UtcDateTime, nullable=False),
+    Column("latest_device_uid", String(16)),
+    Column("latest_capabilities", Text, nullable=False),
+    Column("phone_device_uid", String(16)),
+    ForeignKeyConstraint(["tenant_id", "user_id"], ["users.tenant_id", "users.user_id"], ondelete="CASCADE"),
+)
+
+session_messages = Table(
+    "session_messages",
+    metadata,
+    Column("tenant_id", String(40), primary_key=True),
+    Column("user_id", String(40), primary_key=True),
+    Column("session_id", String(100), primary_key=True),
+    Column("seq", Integer, primary_key=True, autoincrement=False),
+    Column("device_uid", String(16)),
+    Column("capabilities", Text, nullable=False),
+    Column("created_at", UtcDateTime, nullable=False),
+    ForeignKeyConstraint(
+        ["tenant_id", "user_id", "session_id"],
+        ["sessions.tenant_id", "sessions.user_id", "sessions.session_id"],
+        ondelete="CASCADE",
+    ),
 )
 
 TENANT_TABLES = tuple(t.name for t in metadata.sorted_tables)

@@ -44,7 +44,7 @@ def upgrade() -> None:
         sa.Column("scopes", sa.String(200), nullable=False),
         sa.Column("user_id", sa.String(40)),
         sa.Column("agent_id", sa.String(40)),
-        sa.Column("device_id", sa.String(24)),
+        sa.Column("device_uid", sa.String(16)),
         sa.Column("require_device_signature", sa.Boolean),
         sa.Column("created_at", UtcDateTime, nullable=False),
         sa.Column("revoked_at", UtcDateTime),

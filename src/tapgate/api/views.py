@@ -1,0 +1,35 @@
+"""Domain objects as the API shows them."""
+
+from __future__ import annotations
+
+from tapgate.api.schemas import CapabilityView, DeviceView, PushView, SessionView
+from tapgate.domain.devices import Device
+from tapgate.domain.sessions import Session
+
+
+def device_view(device: Device) -> DeviceView:
+    return DeviceView(
+        device_id=device.device_id,
+        name=device.name,
+        kind=device.kind,
+        alg=device.alg,
+        public_key=device.public_key,
+        status=device.status.value,
+        # The push address stays on the server: it is the device's, not the caller's, to share.
+        push=PushView(kind=device.push.kind) if device.push else None,
+        capabilities=[
+            CapabilityView(**d.capability.as_dict(), granted=d.granted) for d in device.capabilities
+        ],
+        created_at=device.created_at.isoformat(),
+        last_seen_at=device.last_seen_at.isoformat() if device.last_seen_at else None,
+    )
+
+
+def session_view(session: Session) -> SessionView:
+    return SessionView(
+        session_id=session.session_id,
+        kind=session.kind.value,
+        attended=session.attended,
+        created_at=session.created_at.isoformat(),
+        updated_at=session.updated_at.isoformat(),
+    )

@@ -1,0 +1,351 @@
+"""Devices and their capability manifests: what a device declares, checked as untrusted input.
+
+A manifest entry:
+    {"name": "set_light", "kind": "actuator", "description": "…",
+     "params": {"on": {"type": "boolean", "required": true, "description": "true for on"}},
+     "confirm": false}
+
+Names, lengths and counts are bounded, and no text that a person or a model will read may carry a
+control, format, bidirectional, invisible or tag character. The built-in capabilities (``sms_send``,
+``phone_actions``) keep the server's own kind, description and params whatever the device sends.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from tapgate.domain.errors import InvalidInput
+from tapgate.domain.ids import check_slug
+from tapgate.domain.text import check_display_text
+
+DEVICE_ID_MAX = 24
+CAPABILITY_NAME = re.compile(r"^[a-z][a-z0-9]*(_[a-z0-9]+)*$")
+CAPABILITY_NAME_MAX = 30
+MAX_CAPABILITIES = 32
+MAX_PARAMS = 16
+MAX_ENUM = 32
+DESCRIPTION_MAX = 500
+PARAM_DESCRIPTION_MAX = 200
+ENUM_VALUE_MAX = 64
+DEVICE_NAME_MAX = 40
+PUSH_TOKEN_MAX = 4096
+# Brackets and parentheses frame a device in a tool's description: a name may not forge that frame.
+_FRAMING = re.compile(r"[\[\]()]")
+
+SMS_SEND = "sms_send"
+PHONE_ACTIONS = "phone_actions"
+
+
+class CapabilityKind(StrEnum):
+    SENSOR = "sensor"
+    ACTUATOR = "actuator"
+
+
+class ParamType(StrEnum):
+    STRING = "string"
+    NUMBER = "number"
+    INTEGER = "integer"
+    BOOLEAN = "boolean"
+    ENUM = "enum"
+
+
+class DeviceStatus(StrEnum):
+    PENDING = "pending"  # paired, waiting for the person's consent
+    ACTIVE = "active"
+    REVOKED = "revoked"
+
+
+@dataclass(frozen=True, slots=True)
+class Param:
+    name: str
+    type: ParamType
+    required: bool = False
+    description: str = ""
+    enum: tuple[str, ...] = ()
+
+    def as_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"type": self.type.value, "required": self.required}
+        if self.description:
+            out["description"] = self.description
+        if self.enum:
+            out["enum"] = list(self.enum)
+        return out
+
+    def json_schema(self) -> dict[str, Any]:
+        schema: dict[str, Any] = {"type": "string" if self.type is ParamType.ENUM else self.type.value}
+        if self.enum:
+            schema["enum"] = list(self.enum)
+        if self.description:
+            schema["description"] = self.description
+        return schema
+
+
+@dataclass(frozen=True, slots=True)
+class Capability:
+    name: str
+    kind: CapabilityKind
+    description: str
+    params: tuple[Param, ...] = ()
+    confirm: bool = False
+
+    @property
+    def builtin(self) -> bool:
+        return self.name in BUILTINS
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "kind": self.kind.value,
+            "description": self.description,
+            "params": {p.name: p.as_dict() for p in self.params},
+            "confirm": self.confirm,
+        }
+
+    def json_schema(self) -> dict[str, Any]:
+        """The arguments as a JSON Schema object that admits nothing else."""
+        return {
+            "type": "object",
+            "properties": {p.name: p.json_schema() for p in self.params},
+            "required": [p.name for p in self.params if p.required],
+            "additionalProperties": False,
+        }
+
+
+BUILTINS: dict[str, Capability] = {
+    SMS_SEND: Capability(
+        SMS_SEND,
+        CapabilityKind.ACTUATOR,
+        "Open a text message on the phone, addressed and written; the person reads it and taps Send.",
+        (
+            Param("to", ParamType.STRING, True, "The recipient's phone number, e.g. +15551234567"),
+            Param("body", ParamType.STRING, True, "The text of the message"),
+        ),
+    ),
+    PHONE_ACTIONS: Capability(
+        PHONE_ACTIONS,
+        CapabilityKind.ACTUATOR,
+        "Do things on the phone the person confirms there: alarms, timers, routes, calls, messages, events.",
+    ),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Declared:
+    """A capability as declared by a device, and whether the person granted it."""
+
+    capability: Capability
+    granted: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class PushTarget:
+    kind: str
+    token: str
+
+
+@dataclass(frozen=True, slots=True)
+class Device:
+    tenant_id: str
+    user_id: str
+    device_uid: str  # the internal id of this enrolment; a re-paired device_id gets a new one
+    device_id: str
+    name: str
+    kind: str
+    alg: str
+    public_key: str
+    status: DeviceStatus
+    created_at: datetime
+    push: PushTarget | None = None
+    last_seen_at: datetime | None = None
+    revoked_at: datetime | None = None
+    capabilities: tuple[Declared, ...] = field(default=())
+
+    def declared(self, name: str) -> Declared | None:
+        return next((d for d in self.capabilities if d.capability.name == name), None)
+
+    def granted(self) -> list[Capability]:
+        return [d.capability for d in self.capabilities if d.granted]
+
+    def with_capabilities(self, capabilities: Sequence[Declared]) -> Device:
+        return replace(self, capabilities=tuple(capabilities))
+
+
+def check_device_id(value: object, field: str = "device_id") -> str:
+    if not isinstance(value, str):
+        raise InvalidInput(field, f"{field} must be a string.")
+    return check_slug(value, field, DEVICE_ID_MAX)
+
+
+def check_device_name(value: object, field: str = "name") -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise InvalidInput(field, f"{field} must be a non-empty string.")
+    check_display_text(value, field, DEVICE_NAME_MAX)
+    if _FRAMING.search(value):
+        raise InvalidInput(field, f"{field} may not contain brackets or parentheses.")
+    return value.strip()
+
+
+def check_device_kind(value: object, field: str = "kind") -> str:
+    if not isinstance(value, str):
+        raise InvalidInput(field, f"{field} must be a string like 'phone' or 'lamp'.")
+    return check_slug(value, field, DEVICE_ID_MAX)
+
+
+def check_push(value: object, field: str = "push") -> PushTarget | None:
+    if value is None:
+        return None
+    if not isinstance(value, Mapping) or set(value) - {"kind", "token"}:
+        raise InvalidInput(field, f"{field} must be an object with 'kind' and 'token'.")
+    kind = value.get("kind")
+    token = value.get("token")
+    if not isinstance(kind, str):
+        raise InvalidInput(f"{field}.kind", f"{field}.kind must be a string such as 'fcm' or 'webpush'.")
+    check_slug(kind, f"{field}.kind", 24)
+    if not isinstance(token, str) or not token:
+        raise InvalidInput(f"{field}.token", f"{field}.token must be a non-empty string.")
+    check_display_text(token, f"{field}.token", PUSH_TOKEN_MAX)
+    return PushTarget(kind, token)
+
+
+def _text(entry: Mapping[str, Any], key: str, where: str, max_length: int, default: str = "") -> str:
+    value = entry.get(key, default)
+    if not isinstance(value, str):
+        raise InvalidInput(f"{where}.{key}", f"{where}.{key} must be a string.")
+    return check_display_text(value, f"{where}.{key}", max_length)
+
+
+def _flag(entry: Mapping[str, Any], key: str, where: str) -> bool:
+    value = entry.get(key, False)
+    if not isinstance(value, bool):
+        raise InvalidInput(f"{where}.{key}", f"{where}.{key} must be true or false.")
+    return value
+
+
+def _param(name: object, spec: object, where: str) -> Param:
+    if not isinstance(name, str) or not CAPABILITY_NAME.fullmatch(name) or len(name) > CAPABILITY_NAME_MAX:
+        raise InvalidInput(
+            where, f"{where}: parameter names are lower snake case, at most {CAPABILITY_NAME_MAX} characters."
+        )
+    at = f"{where}.{name}"
+    if not isinstance(spec, Mapping):
+        raise InvalidInput(at, f"{at} must be an object with a 'type'.")
+    unknown = set(spec) - {"type", "required", "description", "enum"}
+    if unknown:
+        raise InvalidInput(f"{at}.{sorted(unknown)[0]}", f"{at}.{sorted(unknown)[0]} is not a parameter key.")
+    try:
+        kind = ParamType(str(spec.get("type")))
+    except ValueError:
+        raise InvalidInput(
+            f"{at}.type", f"{at}.type must be one of string, number, integer, boolean, enum."
+        ) from None
+    enum: tuple[str, ...] = ()
+    if "enum" in spec:
+        values = spec["enum"]
+        if kind not in (ParamType.STRING, ParamType.ENUM) or not isinstance(values, list):
+            raise InvalidInput(f"{at}.enum", f"{at}.enum must be a list of strings on a string parameter.")
+        if not 1 <= len(values) <= MAX_ENUM or len(set(map(str, values))) != len(values):
+            raise InvalidInput(f"{at}.enum", f"{at}.enum must hold 1 to {MAX_ENUM} distinct values.")
+        for value in values:
+            if not isinstance(value, str) or not value:
+                raise InvalidInput(f"{at}.enum", f"{at}.enum values must be non-empty strings.")
+            check_display_text(value, f"{at}.enum", ENUM_VALUE_MAX)
+        enum = tuple(values)
+    elif kind is ParamType.ENUM:
+        raise InvalidInput(f"{at}.enum", f"{at}.enum is required for an enum parameter.")
+    return Param(
+        name,
+        kind,
+        _flag(spec, "required", at),
+        _text(spec, "description", at, PARAM_DESCRIPTION_MAX),
+        enum,
+    )
+
+
+_ENTRY_KEYS = frozenset({"name", "kind", "description", "params", "confirm"})
+
+
+def parse_capability(entry: object, where: str, allow_granted: bool = False) -> Declared:
+    """One manifest entry. Raises InvalidInput naming the entry's field (``capabilities[2].params.x``)."""
+    if not isinstance(entry, Mapping):
+        raise InvalidInput(where, f"{where} must be an object with a name and a kind.")
+    allowed = _ENTRY_KEYS | ({"granted"} if allow_granted else set())
+    unknown = set(entry) - allowed
+    if unknown:
+        key = sorted(unknown)[0]
+        raise InvalidInput(f"{where}.{key}", f"{where}.{key} is not a capability key.")
+    name = entry.get("name")
+    if not isinstance(name, str) or not CAPABILITY_NAME.fullmatch(name) or len(name) > CAPABILITY_NAME_MAX:
+        raise InvalidInput(
+            f"{where}.name",
+            f"{where}.name must be lower snake case without '__', at most {CAPABILITY_NAME_MAX} characters.",
+        )
+    granted = _flag(entry, "granted", where) if allow_granted else False
+    if name in BUILTINS:
+        return Declared(BUILTINS[name], granted)
+    try:
+        kind = CapabilityKind(str(entry.get("kind")))
+    except ValueError:
+        raise InvalidInput(f"{where}.kind", f"{where}.kind must be 'sensor' or 'actuator'.") from None
+    params = entry.get("params", {})
+    if not isinstance(params, Mapping):
+        raise InvalidInput(f"{where}.params", f"{where}.params must be an object of parameters.")
+    if len(params) > MAX_PARAMS:
+        raise InvalidInput(f"{where}.params", f"{where}.params may hold at most {MAX_PARAMS} parameters.")
+    capability = Capability(
+        name,
+        kind,
+        _text(entry, "description", where, DESCRIPTION_MAX),
+        tuple(_param(n, spec, f"{where}.params") for n, spec in params.items()),
+        _flag(entry, "confirm", where),
+    )
+    return Declared(capability, granted)
+
+
+def parse_manifest(
+    entries: object, field: str = "capabilities", allow_granted: bool = False
+) -> list[Declared]:
+    """A device's whole manifest. Raises InvalidInput naming the first bad field."""
+    if not isinstance(entries, list):
+        raise InvalidInput(field, f"{field} must be a list of capabilities.")
+    if len(entries) > MAX_CAPABILITIES:
+        raise InvalidInput(field, f"{field} may hold at most {MAX_CAPABILITIES} capabilities.")
+    declared = [parse_capability(e, f"{field}[{i}]", allow_granted) for i, e in enumerate(entries)]
+    names = [d.capability.name for d in declared]
+    duplicate = next((n for n in names if names.count(n) > 1), None)
+    if duplicate is not None:
+        raise InvalidInput(field, f"{field} declares {duplicate!r} twice.")
+    return declared
+
+
+def apply_grants(declared: Sequence[Declared], grants: object, field: str = "grants") -> list[Declared]:
+    """Mark the named capabilities granted. Raises InvalidInput for a name the device did not declare."""
+    if grants is None:
+        return list(declared)
+    if not isinstance(grants, list) or not all(isinstance(g, str) for g in grants):
+        raise InvalidInput(field, f"{field} must be a list of capability names.")
+    names = {d.capability.name for d in declared}
+    for name in grants:
+        if name not in names:
+            raise InvalidInput(field, f"{field}: the device does not declare {name!r}.")
+    return [Declared(d.capability, d.capability.name in grants) for d in declared]
+
+
+def redeclare(current: Sequence[Declared], new: Sequence[Declared]) -> list[Declared]:
+    """A device's new manifest over its old one.
+
+    Removed capabilities vanish. A kept one keeps the person's grant unless its kind changed (a sensor
+    that became an actuator asks again). An added one starts ungranted. ``granted: true`` in the new
+    manifest is the person's act on the device's own settings screen and grants it.
+    """
+    before = {d.capability.name: d for d in current}
+    out = []
+    for entry in new:
+        old = before.get(entry.capability.name)
+        kept = old is not None and old.granted and old.capability.kind is entry.capability.kind
+        out.append(Declared(entry.capability, entry.granted or kept))
+    return out

@@ -1,0 +1,163 @@
+"""Pairing: the person's own way to let a device in (code → claim → comparison code → consent)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from tapgate.domain.audit import AuditRecord
+from tapgate.domain.devices import Device, DeviceStatus, apply_grants
+from tapgate.domain.errors import Conflict, Gone, NotFound
+from tapgate.domain.pairing import (
+    ComparisonMismatch,
+    Pairing,
+    PairingStatus,
+    claim,
+    consent,
+    new_pairing,
+    parse_code,
+)
+from tapgate.domain.principals import Principal
+from tapgate.ports import Clock, Store
+from tapgate.services.devices import add_device, new_device, revoke_in
+
+
+@dataclass(frozen=True, slots=True)
+class Claimed:
+    pairing: Pairing
+    device: Device
+    token: str
+
+
+def pairing_url(public_url: str, code: str) -> str:
+    """The link a QR code carries: the code rides in the fragment, so no server log ever sees it."""
+    return f"{public_url.rstrip('/')}/app/#pair={code}"
+
+
+def _for_user(caller: Principal, user_id: str) -> None:
+    if not caller.acts_for(user_id):
+        raise NotFound(f"There is no user {user_id!r}.")
+
+
+async def start(store: Store, clock: Clock, caller: Principal, user_id: str) -> Pairing:
+    """Open a pairing for ``user_id``. Raises NotFound."""
+    _for_user(caller, user_id)
+    now = clock.now()
+    pairing = new_pairing(caller.tenant_id, user_id, now)
+    async with store.unit_of_work(caller.tenant_id) as uow:
+        if await uow.users.get(user_id) is None:
+            raise NotFound(f"There is no user {user_id!r}.")
+        await uow.pairings.add(pairing)
+        await uow.journal.append(
+            AuditRecord(
+                "pairing.started", caller.actor, subject=pairing.pairing_id, data={"user_id": user_id}
+            ),
+            now,
+        )
+    return pairing
+
+
+async def get(
+    store: Store, clock: Clock, caller: Principal, pairing_id: str
+) -> tuple[Pairing, Device | None]:
+    """The pairing as the person sees it, with the device that claimed it. Raises NotFound."""
+    async with store.unit_of_work(caller.tenant_id) as uow:
+        pairing = await uow.pairings.get(pairing_id)
+        if pairing is None or not caller.acts_for(pairing.user_id):
+            raise NotFound("There is no such pairing.")
+        device = await uow.devices.by_uid(pairing.device_uid) if pairing.device_uid else None
+    return pairing.current(clock.now()), device
+
+
+async def open_code(store: Store, clock: Clock, caller: Principal, pairing_id: str) -> str:
+    """The code of a pairing still open, to draw it again. Raises NotFound, Gone."""
+    pairing, _ = await get(store, clock, caller, pairing_id)
+    if pairing.status is not PairingStatus.OPEN or pairing.code is None:
+        raise Gone("This pairing code was used or has expired; start a new pairing.")
+    return pairing.code
+
+
+async def claim_code(store: Store, clock: Clock, body: Mapping[str, Any], max_devices: int) -> Claimed:
+    """A device claims a pairing code with its key and manifest. Raises NotFound, Gone, Conflict,
+    InvalidInput."""
+    code = parse_code(str(body.get("code", "")))
+    now = clock.now()
+    async with store.unit_of_work(code.tenant_id) as uow:
+        pairing = await uow.pairings.get(code.pairing_id)
+        if pairing is None:
+            raise NotFound("This pairing code is not valid; ask for a new one.")
+        device = new_device(code.tenant_id, pairing.user_id, body, DeviceStatus.PENDING, now)
+        claimed = claim(pairing, code, device.device_uid, now)
+        token = await add_device(
+            uow, device, max_devices, f"device:{pairing.user_id}/{device.device_id}", "pairing.claimed"
+        )
+        await uow.pairings.save(claimed)
+    return Claimed(claimed, device, token)
+
+
+async def decide(
+    store: Store,
+    clock: Clock,
+    caller: Principal,
+    pairing_id: str,
+    comparison_code: str,
+    approved: bool,
+    grants: object,
+) -> Device:
+    """The person confirms (with the comparison code the device shows) or declines the pairing.
+
+    A wrong code counts an attempt; too many decline the pairing. What the answer changed is committed
+    before a refusal is raised. Raises NotFound, Gone (expired), Conflict (not waiting for consent),
+    ComparisonMismatch, InvalidInput (grants).
+    """
+    now = clock.now()
+    refusal: Exception | None = None
+    async with store.unit_of_work(caller.tenant_id) as uow:
+        pairing = await uow.pairings.get(pairing_id)
+        if pairing is None or not caller.acts_for(pairing.user_id):
+            raise NotFound("There is no such pairing.")
+        device = await uow.devices.by_uid(pairing.device_uid) if pairing.device_uid else None
+        if device is None:
+            raise Conflict("No device has claimed this pairing yet; scan the code on the device first.")
+        try:
+            decided = consent(pairing, comparison_code, approved, now)
+        except Gone as e:
+            decided, refusal = pairing.current(now), e
+        await uow.pairings.save(decided)
+        if decided.status is PairingStatus.CONFIRMED:
+            declared = apply_grants(device.capabilities, grants if grants is not None else [])
+            await uow.devices.set_capabilities(device.device_uid, declared)
+            await uow.devices.set_status(device.device_uid, DeviceStatus.ACTIVE, now)
+            device = replace(device, status=DeviceStatus.ACTIVE, capabilities=tuple(declared))
+            granted = " ".join(c.name for c in device.granted())
+            record = AuditRecord(
+                "pairing.confirmed",
+                caller.actor,
+                subject=pairing_id,
+                data={"device_id": device.device_id, "granted": granted},
+            )
+            await uow.journal.append(record, now)
+        elif decided.status in (PairingStatus.DECLINED, PairingStatus.EXPIRED):
+            if device.status is not DeviceStatus.REVOKED:
+                await revoke_in(uow, device, now, caller.actor, f"pairing.{decided.status.value}")
+            device = replace(device, status=DeviceStatus.REVOKED)
+            if approved and refusal is None:
+                refusal = ComparisonMismatch(
+                    "The comparison code did not match too many times; the pairing is cancelled."
+                )
+        else:
+            record = AuditRecord(
+                "pairing.mismatch",
+                caller.actor,
+                "refused",
+                subject=pairing_id,
+                data={"attempts": decided.attempts},
+            )
+            await uow.journal.append(record, now)
+            refusal = ComparisonMismatch(
+                "The comparison code does not match the one the device shows; check it and try again."
+            )
+    if refusal is not None:
+        raise refusal
+    return device
