@@ -11,6 +11,7 @@ from tapgate.domain.accounts import Credential, Tenant, User
 from tapgate.domain.audit import AuditEntry, AuditRecord
 from tapgate.domain.devices import Declared, Device, DeviceStatus
 from tapgate.domain.pairing import Pairing
+from tapgate.domain.push import PushMessage
 from tapgate.domain.sessions import Session
 
 
@@ -128,3 +129,11 @@ class Store(Protocol):
         """Raise StorageError if the database cannot be reached."""
 
     async def close(self) -> None: ...
+
+
+class PushSender(Protocol):
+    """Sends one content-free push to one device through one service (a relay, Web Push, APNs, FCM)."""
+
+    async def send(self, message: PushMessage) -> None:
+        """Deliver ``message`` once. Raises PushFailed (``retryable`` says whether to try again) or
+        SubscriptionGone (the device's push address is dead and should be dropped)."""
