@@ -174,6 +174,8 @@ def serve(
         raise fail("More than one worker needs PostgreSQL; SQLite serves one process. Use --workers 1.")
     try:
         behind = asyncio.run(pending_migrations(settings.database_url))
+    except ConfigurationError as e:
+        raise fail(e.message) from None
     except Exception:
         raise fail(
             "The database in database_url cannot be reached; check it, then run 'tapgate migrate'."

@@ -43,7 +43,11 @@ async def upgrade(url: URL) -> None:
 
 
 async def pending_migrations(database_url: str) -> bool:
-    """True when the database is not at the latest schema (or has none)."""
+    """True when the database is behind the latest schema (or has none).
+
+    Raises ConfigurationError when the database is at a revision this tapgate does not know (it was
+    migrated by a newer release).
+    """
     from alembic.runtime.migration import MigrationContext
     from alembic.script import ScriptDirectory
 
@@ -58,7 +62,19 @@ async def pending_migrations(database_url: str) -> bool:
             )
     finally:
         await engine.dispose()
+    if current is not None and current != head and current not in _known_revisions():
+        raise ConfigurationError(
+            f"The database is at schema {current}, newer than this tapgate knows ({head}); upgrade tapgate."
+        )
     return current != head
+
+
+def _known_revisions() -> set[str]:
+    from alembic.script import ScriptDirectory
+
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS))
+    return {script.revision for script in ScriptDirectory.from_config(config).walk_revisions()}
 
 
 def _ident(name: str | None, what: str) -> str:
@@ -107,15 +123,18 @@ async def _ensure_database_and_role(admin: URL, database: str, role: str, passwo
             raise ConfigurationError(
                 "The admin URL's role must be a superuser, or have CREATEROLE and BYPASSRLS, to migrate."
             )
-        existing = await conn.fetchrow("SELECT rolsuper, rolbypassrls FROM pg_roles WHERE rolname = $1", role)
+        existing = await conn.fetchrow(
+            "SELECT rolsuper, rolbypassrls, rolcreaterole, rolcreatedb FROM pg_roles WHERE rolname = $1", role
+        )
         if existing is None:
             await conn.execute(
                 f"CREATE ROLE {role} LOGIN NOSUPERUSER NOBYPASSRLS NOCREATEDB NOCREATEROLE NOINHERIT"
             )
-        elif existing["rolsuper"] or existing["rolbypassrls"]:
+        elif any(existing[flag] for flag in ("rolsuper", "rolbypassrls", "rolcreaterole", "rolcreatedb")):
+            # CREATEROLE alone lets a role grant itself other roles' rights, so it is refused too.
             raise ConfigurationError(
-                f"The app role {role} is a superuser or bypasses row-level security; give the app "
-                "a role of its own in database_url."
+                f"The app role {role} is a superuser, bypasses row-level security, or may create roles or "
+                "databases; give the app a plain role of its own in database_url."
             )
         if password:
             await conn.execute(f"ALTER ROLE {role} PASSWORD " + _literal(password))
@@ -134,6 +153,8 @@ async def _grant(admin: URL, database: str, role: str) -> None:
     try:
         async with conn.transaction():
             await conn.execute(f"GRANT CONNECT ON DATABASE {database} TO {role}")
+            # Before PostgreSQL 15 every role may create objects in public; the app may not.
+            await conn.execute("REVOKE CREATE ON SCHEMA public FROM PUBLIC")
             await conn.execute(f"GRANT USAGE ON SCHEMA public TO {role}")
             for table in TENANT_TABLES:
                 rights = "SELECT, INSERT" if table in APPEND_ONLY_TABLES else "SELECT, INSERT, UPDATE, DELETE"
