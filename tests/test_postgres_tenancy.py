@@ -20,8 +20,11 @@ from sqlalchemy import BigInteger, String, text
 from tapgate.adapters.clock import FrozenClock
 from tapgate.adapters.store.sql import open_sql_store
 from tapgate.adapters.store.tables import APPEND_ONLY_TABLES, TENANT_TABLES, metadata
+from tapgate.adapters.wake.local import LocalWake
 from tapgate.domain.principals import TokenKind
-from tapgate.services import accounts, devices, pairings, sessions
+from tapgate.services import accounts, answering, devices, invoking, pairings, sessions
+from tapgate.services.context import Context
+from tapgate.services.invoking import Call
 from tests.conftest import PostgresDatabase, blocking, tenant_name
 from tests.world import LAMP, device_body
 
@@ -60,13 +63,20 @@ async def _seed(url: str) -> TwoTenants:
 async def _seed_devices(store: Any, clock: FrozenClock, operator: Any, user: str, agent_token: str) -> None:
     """A device with capabilities, a claimed pairing, a session with a message: a row in every table."""
     phone = {"name": "phone_actions", "kind": "actuator"}
-    await devices.enrol(store, clock, operator, user, device_body("desk-lamp", [LAMP, phone]), 10)
+    lamp = device_body("desk-lamp", [LAMP, phone], grants=["set_light"], push={"kind": "fcm", "token": "T"})
+    enrolled = await devices.enrol(store, clock, operator, user, lamp, 10)
     pairing = await pairings.start(store, clock, operator, user)
     assert pairing.code is not None
     await pairings.claim_code(store, clock, {"code": pairing.code, **device_body("phone", [LAMP])}, 10)
     agent = await accounts.authenticate(store, agent_token)
     await sessions.put(store, clock, agent, "chat-1", "chat", True)
     await sessions.record_message(store, clock, agent, "chat-1", "desk-lamp", ["phone_actions"])
+    ctx = Context(store, clock, LocalWake(), device_channel=True)
+    called = await invoking.invoke(ctx, agent, Call("device__desk_lamp__set_light", {"on": True}))
+    assert called.status.value == "pending"
+    principal = await accounts.authenticate(store, enrolled.token)
+    device = await devices.authenticate_device(store, clock, principal)
+    await answering.answer(ctx, device, called.id, "done", None)
 
 
 @pytest.fixture(scope="module")

@@ -48,6 +48,7 @@ class Settings(BaseSettings):
     max_devices_per_user: int = Field(10, ge=1, le=1000)
     max_open_confirmations: int = Field(5, ge=1, le=1000)
     invocation_poll_seconds: float = Field(2, gt=0, le=60)
+    live_ack_seconds: float = Field(1.0, ge=0, le=60)
     require_device_signature: bool = False
     notice_text: bool = False
     relay_secret: str = ""

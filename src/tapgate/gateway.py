@@ -2,32 +2,43 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from typing import Any, Protocol
 
 from tapgate.domain.accounts import User
 from tapgate.domain.audit import AuditEntry
 from tapgate.domain.devices import Device
+from tapgate.domain.events import Event
+from tapgate.domain.invocations import Invocation
 from tapgate.domain.pairing import Pairing
+from tapgate.domain.policy import PolicySet
 from tapgate.domain.principals import Principal, Scope, TokenKind
 from tapgate.domain.sessions import Session
 from tapgate.domain.tools import ToolFormat
-from tapgate.ports import Clock, Store
-from tapgate.services import accounts, devices, journal, pairings, sessions, tools
+from tapgate.ports import Clock, Store, Wake
+from tapgate.services import (
+    accounts,
+    answering,
+    devices,
+    events,
+    invoking,
+    journal,
+    pairings,
+    sessions,
+    tools,
+)
+from tapgate.services.answering import Answered
+from tapgate.services.context import Context, Limits
 from tapgate.services.devices import DeviceCaller, NewDevice
+from tapgate.services.expiry import Sweeper, sweep
+from tapgate.services.invoking import Call, View
 from tapgate.services.pairings import Claimed
 
 
-@dataclass(frozen=True, slots=True)
-class Limits:
-    invocation_timeout_seconds: int = 300
-    device_call_timeout_seconds: int = 10
-    ingest_daily_cap: int = 500
-    approval_sign_ttl_seconds: int = 3600
-    max_devices_per_user: int = 10
-    max_open_confirmations: int = 5
-    require_device_signature: bool = False
+class Background(Protocol):
+    async def start(self) -> None: ...
+
+    async def close(self) -> None: ...
 
 
 class Gateway:
@@ -41,17 +52,46 @@ class Gateway:
         self,
         store: Store,
         clock: Clock,
-        limits: Limits,
-        device_channel: bool,
+        wake: Wake,
+        limits: Limits | None = None,
+        device_channel: bool = False,
         public_url: str = "http://127.0.0.1:8080",
+        policies: PolicySet | None = None,
+        background: Sequence[Background] = (),
+        sweep_seconds: float = 1.0,
     ) -> None:
-        self.store = store
-        self.clock = clock
-        self.limits = limits
-        self.device_channel = device_channel
+        self.ctx = Context(store, clock, wake, limits or Limits(), policies or PolicySet(), device_channel)
         self.public_url = public_url
+        self._background = list(background)
+        self._sweeper = Sweeper(self.ctx, sweep_seconds)
+
+    @property
+    def store(self) -> Store:
+        return self.ctx.store
+
+    @property
+    def clock(self) -> Clock:
+        return self.ctx.clock
+
+    @property
+    def limits(self) -> Limits:
+        return self.ctx.limits
+
+    @property
+    def device_channel(self) -> bool:
+        return self.ctx.device_channel
+
+    async def start(self) -> None:
+        """Start the process's background work: notifications from other processes, the expiry sweep."""
+        for service in self._background:
+            await service.start()
+        if self.device_channel:
+            self._sweeper.start()
 
     async def close(self) -> None:
+        await self._sweeper.close()
+        for service in reversed(self._background):
+            await service.close()
         await self.store.close()
 
     async def ready(self) -> None:
@@ -173,3 +213,36 @@ class Gateway:
         self, caller: Principal, session_id: str | None = None, format: ToolFormat = ToolFormat.OPENAI
     ) -> list[dict[str, Any]]:
         return await tools.list_tools(self.store, caller, session_id, format, self.device_channel)
+
+    # invocations
+
+    async def invoke(self, caller: Principal, call: Call, wait: float = 0) -> View:
+        return await invoking.invoke(self.ctx, caller, call, wait)
+
+    async def invocation(self, caller: Principal, invocation_id: str, wait: float = 0) -> View:
+        return await invoking.result(self.ctx, caller, invocation_id, wait)
+
+    async def device_pending(self, caller: DeviceCaller, wait: float = 0) -> Sequence[Invocation]:
+        devices.require_device_scope(caller, Scope.DEVICE_READ)
+        return await answering.pending(self.ctx, caller, wait)
+
+    async def device_answer(
+        self, caller: DeviceCaller, invocation_id: str, status: str, message: str | None
+    ) -> Answered:
+        devices.require_device_scope(caller, Scope.DEVICE_WRITE)
+        return await answering.answer(self.ctx, caller, invocation_id, status, message)
+
+    async def sweep(self) -> int:
+        """Expire every overdue invocation now (the background sweep does this on its own)."""
+        return await sweep(self.ctx)
+
+    # events
+
+    def events(self, caller: Principal, after: int, idle: float = 15.0) -> AsyncIterator[Event | None]:
+        """The user's event stream from ``after``; checks the caller before the first event."""
+        caller.require(TokenKind.AGENT, scope=Scope.EVENTS)
+        return events.stream(self.ctx, caller, after, idle)
+
+    async def hold_link(self, caller: DeviceCaller, seconds: float | None) -> None:
+        """Mark the device's live link held for ``seconds`` more (None: the link closed)."""
+        await devices.hold_link(self.store, self.clock, caller, seconds)

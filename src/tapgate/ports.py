@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from contextlib import AbstractAsyncContextManager
+import asyncio
+from collections.abc import Mapping, Sequence
+from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from datetime import datetime
 from typing import Protocol
 
 from tapgate.domain.accounts import Credential, Tenant, User
 from tapgate.domain.audit import AuditEntry, AuditRecord
 from tapgate.domain.devices import Declared, Device, DeviceStatus
+from tapgate.domain.events import Event, EventValue
+from tapgate.domain.invocations import Invocation
 from tapgate.domain.pairing import Pairing
-from tapgate.domain.push import PushMessage
+from tapgate.domain.push import OutboxItem, PushMessage
 from tapgate.domain.sessions import Session
 
 
@@ -68,6 +71,9 @@ class Devices(Protocol):
     async def touch(self, device_uid: str, at: datetime) -> None:
         """Mark the device present at ``at``."""
 
+    async def set_link(self, device_uid: str, until: datetime | None) -> None:
+        """Mark a live link held until ``until`` (None: no live link)."""
+
 
 class Pairings(Protocol):
     async def add(self, pairing: Pairing) -> None: ...
@@ -87,6 +93,46 @@ class Sessions(Protocol):
         self, session: Session, device_uid: str | None, capabilities: Sequence[str], at: datetime
     ) -> int:
         """Record one message's device and capabilities (never its text); returns its number."""
+
+
+class Invocations(Protocol):
+    async def add(self, invocation: Invocation) -> None:
+        """Raises Conflict if the id is taken."""
+
+    async def get(self, invocation_id: str) -> Invocation | None: ...
+
+    async def pending_for(self, device_uid: str, limit: int) -> Sequence[Invocation]:
+        """The device's pending invocations, oldest first."""
+
+    async def open_for(self, device_uid: str) -> Sequence[Invocation]:
+        """The device's pending and awaiting-approval invocations."""
+
+    async def mark_delivered(self, invocation_ids: Sequence[str], at: datetime) -> None:
+        """Note that these were handed to their device (first time only)."""
+
+    async def resolve(self, invocation: Invocation) -> bool:
+        """Store ``invocation``'s terminal state if the row is still open; False if another answer won."""
+
+    async def add_late_report(
+        self, invocation_id: str, status: str, message: str | None, at: datetime
+    ) -> bool:
+        """Keep a result that came after expiry, once; False if one is kept already."""
+
+    async def due(self, now: datetime, limit: int) -> Sequence[Invocation]:
+        """Open invocations whose deadline has passed."""
+
+
+class Outbox(Protocol):
+    async def add(self, item: OutboxItem) -> None: ...
+
+    async def for_subject(self, subject_id: str) -> Sequence[OutboxItem]: ...
+
+
+class Events(Protocol):
+    async def append(self, user_id: str, type: str, data: Mapping[str, EventValue], at: datetime) -> int:
+        """Add an event for the user; its sequence number grows in commit order within the tenant."""
+
+    async def read(self, user_id: str, after: int, limit: int) -> Sequence[Event]: ...
 
 
 class Journal(Protocol):
@@ -116,6 +162,15 @@ class UnitOfWork(Protocol):
     def pairings(self) -> Pairings: ...
     @property
     def sessions(self) -> Sessions: ...
+    @property
+    def invocations(self) -> Invocations: ...
+    @property
+    def events(self) -> Events: ...
+    @property
+    def outbox(self) -> Outbox: ...
+
+    def notify(self, key: str) -> None:
+        """Wake every waiter on ``key`` once this unit of work commits (in every process)."""
 
 
 class Store(Protocol):
@@ -129,6 +184,15 @@ class Store(Protocol):
         """Raise StorageError if the database cannot be reached."""
 
     async def close(self) -> None: ...
+
+
+class Wake(Protocol):
+    """Waiters and the notifications that wake them. A waiter subscribes before it reads the state it
+    waits on, so a notification between the read and the wait is never lost."""
+
+    def subscribe(self, key: str) -> AbstractContextManager[asyncio.Event]: ...
+
+    def notify(self, key: str) -> None: ...
 
 
 class PushSender(Protocol):

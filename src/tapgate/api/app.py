@@ -11,7 +11,18 @@ from prometheus_client import CollectorRegistry
 from tapgate import __version__
 from tapgate.api import errors
 from tapgate.api.middleware import BodyLimit, Observe
-from tapgate.api.routes import accounts, agents, audit, device, devices, health, pairings
+from tapgate.api.routes import (
+    accounts,
+    agents,
+    audit,
+    device,
+    devices,
+    events,
+    health,
+    invocations,
+    link,
+    pairings,
+)
 from tapgate.gateway import Gateway
 
 
@@ -20,6 +31,7 @@ def create_app(gateway: Gateway, max_body_bytes: int = 65_536) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        await gateway.start()
         try:
             yield
         finally:
@@ -38,11 +50,15 @@ def create_app(gateway: Gateway, max_body_bytes: int = 65_536) -> FastAPI:
     app.include_router(accounts.router)
     app.include_router(audit.router)
     app.include_router(agents.router)
+    app.include_router(invocations.router)
+    app.include_router(events.router)
+    app.state.link_metrics = link.LinkMetrics(app.state.metrics)
     if gateway.device_channel:
         # With either device flag off, no device route exists at all (gate G12).
         app.include_router(devices.router)
         app.include_router(pairings.router)
         app.include_router(device.router)
+        app.include_router(link.router)
     app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
     app.add_middleware(Observe, registry=app.state.metrics)
     return app

@@ -68,7 +68,15 @@ def install(app: FastAPI) -> None:
     async def _tapgate(_: Request, error: Exception) -> JSONResponse:
         assert isinstance(error, e.TapgateError)
         headers = {"Retry-After": str(error.retry_after)} if isinstance(error, e.RateLimited) else None
-        return error_response(status_of(error), error.code, error.message, headers)
+        response = error_response(status_of(error), error.code, error.message, headers)
+        first = getattr(error, "first", None)
+        if first is not None:  # a second answer learns the first
+            body = {
+                "error": {"code": error.code, "message": error.message},
+                "first": {"id": first.invocation_id, "status": first.status.value},
+            }
+            return JSONResponse(body, status_code=response.status_code)
+        return response
 
     @app.exception_handler(RequestValidationError)
     async def _validation(_: Request, error: Exception) -> JSONResponse:

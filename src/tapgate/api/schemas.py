@@ -191,3 +191,56 @@ class MessageRecorded(BaseModel):
 
 class ToolList(BaseModel):
     tools: list[dict[str, Any]]
+
+
+class InvocationBody(Request):
+    tool: str = Field(max_length=64)
+    arguments: dict[str, Any] = Field(default_factory=dict)
+    invocation_id: str | None = Field(None, max_length=64, description="Your id, for idempotent replays")
+    session_id: str | None = Field(None, max_length=100)
+    run_id: str | None = Field(None, max_length=100)
+    origin: Literal["owner", "untrusted"] = "owner"
+    shadow: bool = False
+    wait: float = Field(0, ge=0, le=300, description="Seconds to hold the request for the answer")
+
+
+class ResultView(BaseModel):
+    text: str
+    message: str | None
+    trust: Literal["external_untrusted"]
+
+
+class InvocationView(BaseModel):
+    id: str
+    tool: str
+    status: Literal[
+        "pending", "awaiting_approval", "done", "declined", "failed", "expired", "refused", "unavailable"
+    ]
+    result: ResultView | None
+    reason: str | None
+    created_at: str
+    resolved_at: str | None
+
+
+class DeviceInvocation(BaseModel):
+    id: str
+    tool: str
+    capability: str
+    arguments: dict[str, Any]
+    summary: str | None
+    created_at: str
+    expires_at: str
+
+
+class DeviceInvocations(BaseModel):
+    invocations: list[DeviceInvocation]
+
+
+class ResultBody(Request):
+    status: Literal["done", "declined", "failed", "sent", "cancelled"]
+    message: str | None = Field(None, max_length=4096)
+
+
+class ResultAccepted(BaseModel):
+    id: str
+    status: str

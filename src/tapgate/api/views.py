@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from tapgate.api.schemas import CapabilityView, DeviceView, PushView, SessionView
 from tapgate.domain.devices import Device
+from tapgate.domain.invocations import Invocation
 from tapgate.domain.sessions import Session
 
 
@@ -33,3 +36,17 @@ def session_view(session: Session) -> SessionView:
         created_at=session.created_at.isoformat(),
         updated_at=session.updated_at.isoformat(),
     )
+
+
+def device_invocation(invocation: Invocation) -> dict[str, Any]:
+    """An invocation as its device fetches it (and as the WebSocket frame carries it)."""
+    summary = invocation.arguments.get("summary") if invocation.capability == "phone_actions" else None
+    return {
+        "id": invocation.invocation_id,
+        "tool": invocation.tool,
+        "capability": invocation.capability,
+        "arguments": dict(invocation.arguments),
+        "summary": summary if isinstance(summary, str) else None,
+        "created_at": invocation.created_at.isoformat(),
+        "expires_at": invocation.expires_at.isoformat(),
+    }

@@ -164,6 +164,7 @@ class Device:
     last_seen_at: datetime | None = None
     revoked_at: datetime | None = None
     capabilities: tuple[Declared, ...] = field(default=())
+    link_until: datetime | None = None  # a live WebSocket link holds until then
 
     def declared(self, name: str) -> Declared | None:
         return next((d for d in self.capabilities if d.capability.name == name), None)

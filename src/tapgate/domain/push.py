@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from tapgate.domain.devices import PushTarget
 from tapgate.domain.errors import TapgateError
@@ -54,3 +55,20 @@ class SubscriptionGone(PushFailed):
 
     def __init__(self, message: str) -> None:
         super().__init__(message, retryable=False)
+
+
+@dataclass(frozen=True, slots=True)
+class OutboxItem:
+    """A push waiting to be sent, written in the transaction of what it announces."""
+
+    tenant_id: str
+    delivery_id: str
+    device_uid: str
+    event: str
+    subject_id: str  # the invocation or approval it announces
+    not_before: datetime  # live links get the first second (configurable) before a push goes out
+    created_at: datetime
+    status: str = "queued"  # queued, sent, skipped, failed
+    attempts: int = 0
+    claimed_until: datetime | None = None
+    finished_at: datetime | None = None

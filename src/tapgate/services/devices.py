@@ -5,7 +5,7 @@ from __future__ import annotations
 import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from tapgate.domain.accounts import Credential
@@ -28,6 +28,7 @@ from tapgate.domain.pairing import PAIRING_TTL
 from tapgate.domain.principals import SCOPES_BY_KIND, Principal, Scope, TokenKind
 from tapgate.domain.tokens import issue_token
 from tapgate.ports import Clock, Store, UnitOfWork
+from tapgate.services.invoking import fail_open
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,6 +196,7 @@ async def revoke(store: Store, clock: Clock, caller: Principal, user_id: str, de
 async def revoke_in(uow: UnitOfWork, device: Device, now: datetime, actor: str, action: str) -> None:
     await uow.devices.set_status(device.device_uid, DeviceStatus.REVOKED, now)
     await uow.credentials.revoke_device(device.device_uid, now)
+    await fail_open(uow, device.device_uid, actor, now)
     await uow.journal.append(
         AuditRecord(
             action,
@@ -254,3 +256,9 @@ async def redeclare_capabilities(store: Store, clock: Clock, caller: DeviceCalle
 
 def require_device_scope(caller: DeviceCaller, scope: Scope) -> None:
     caller.principal.require(TokenKind.DEVICE, scope=scope)
+
+
+async def hold_link(store: Store, clock: Clock, caller: DeviceCaller, seconds: float | None) -> None:
+    until = None if seconds is None else clock.now() + timedelta(seconds=seconds)
+    async with store.unit_of_work(caller.principal.tenant_id) as uow:
+        await uow.devices.set_link(caller.device.device_uid, until)

@@ -7,15 +7,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
+from tapgate.adapters.wake.local import LocalWake
 from tapgate.domain.accounts import Credential, Tenant, User
 from tapgate.domain.audit import GENESIS, AuditEntry, AuditRecord, chain_entry
 from tapgate.domain.devices import Declared, Device, DeviceStatus
 from tapgate.domain.errors import Conflict, StorageError
+from tapgate.domain.events import Event, EventValue
+from tapgate.domain.invocations import Invocation, Status
 from tapgate.domain.pairing import Pairing
+from tapgate.domain.push import OutboxItem
 from tapgate.domain.sessions import Session
 
 
@@ -29,6 +33,9 @@ class _State:
     pairings: dict[tuple[str, str], Pairing] = field(default_factory=dict)
     sessions: dict[tuple[str, str, str], Session] = field(default_factory=dict)
     session_messages: dict[tuple[str, str, str], int] = field(default_factory=dict)
+    invocations: dict[tuple[str, str], Invocation] = field(default_factory=dict)
+    events: dict[str, list[Event]] = field(default_factory=dict)
+    outbox: dict[tuple[str, str], OutboxItem] = field(default_factory=dict)
 
     def copy(self) -> _State:
         return _State(
@@ -40,20 +47,27 @@ class _State:
             dict(self.pairings),
             dict(self.sessions),
             dict(self.session_messages),
+            dict(self.invocations),
+            {k: list(v) for k, v in self.events.items()},
+            dict(self.outbox),
         )
 
 
 class MemoryStore:
-    def __init__(self) -> None:
+    def __init__(self, wake: LocalWake | None = None) -> None:
         self._state = _State()
         self._lock = asyncio.Lock()
+        self.wake = wake or LocalWake()
 
     @contextlib.asynccontextmanager
     async def unit_of_work(self, tenant_id: str) -> AsyncIterator[MemoryUnitOfWork]:
         async with self._lock:
             work = self._state.copy()
-            yield MemoryUnitOfWork(work, tenant_id)
+            uow = MemoryUnitOfWork(work, tenant_id)
+            yield uow
             self._state = work
+        for key in uow.keys:
+            self.wake.notify(key)
 
     async def tenant_ids(self) -> Sequence[str]:
         return sorted(self._state.tenants)
@@ -75,6 +89,14 @@ class MemoryUnitOfWork:
         self.devices = _Devices(state, tenant_id)
         self.pairings = _Pairings(state, tenant_id)
         self.sessions = _Sessions(state, tenant_id)
+        self.invocations = _Invocations(state, tenant_id)
+        self.events = _Events(state, tenant_id)
+        self.outbox = _Outbox(state, tenant_id)
+        self.keys: list[str] = []
+
+    def notify(self, key: str) -> None:
+        if key not in self.keys:
+            self.keys.append(key)
 
 
 class _Repo:
@@ -182,6 +204,9 @@ class _Devices(_Repo):
     async def touch(self, device_uid: str, at: datetime) -> None:
         self._update(device_uid, last_seen_at=at)
 
+    async def set_link(self, device_uid: str, until: datetime | None) -> None:
+        self._update(device_uid, link_until=until)
+
 
 class _Pairings(_Repo):
     async def add(self, pairing: Pairing) -> None:
@@ -231,3 +256,81 @@ class _Journal(_Repo):
 
     async def read(self, after: int, limit: int) -> Sequence[AuditEntry]:
         return self.state.audit.get(self.tenant_id, [])[after : after + limit]
+
+
+class _Invocations(_Repo):
+    def _mine(self) -> list[Invocation]:
+        found = [i for (tenant, _), i in self.state.invocations.items() if tenant == self.tenant_id]
+        return sorted(found, key=lambda i: (i.created_at, i.invocation_id))
+
+    async def add(self, invocation: Invocation) -> None:
+        self._own(invocation.tenant_id)
+        key = (invocation.tenant_id, invocation.invocation_id)
+        if key in self.state.invocations:
+            raise Conflict(f"Invocation {invocation.invocation_id!r} exists already.")
+        self.state.invocations[key] = invocation
+
+    async def get(self, invocation_id: str) -> Invocation | None:
+        return self.state.invocations.get((self.tenant_id, invocation_id))
+
+    async def pending_for(self, device_uid: str, limit: int) -> Sequence[Invocation]:
+        mine = [i for i in self._mine() if i.device_uid == device_uid and i.status is Status.PENDING]
+        return mine[:limit]
+
+    async def open_for(self, device_uid: str) -> Sequence[Invocation]:
+        return [i for i in self._mine() if i.device_uid == device_uid and i.status.open]
+
+    async def mark_delivered(self, invocation_ids: Sequence[str], at: datetime) -> None:
+        for invocation_id in invocation_ids:
+            key = (self.tenant_id, invocation_id)
+            found = self.state.invocations.get(key)
+            if found is not None and found.delivered_at is None:
+                self.state.invocations[key] = replace(found, delivered_at=at)
+
+    async def resolve(self, invocation: Invocation) -> bool:
+        key = (self.tenant_id, invocation.invocation_id)
+        found = self.state.invocations.get(key)
+        if found is None or not found.status.open:
+            return False
+        self.state.invocations[key] = replace(
+            found, status=invocation.status, resolved_at=invocation.resolved_at, message=invocation.message
+        )
+        return True
+
+    async def add_late_report(
+        self, invocation_id: str, status: str, message: str | None, at: datetime
+    ) -> bool:
+        key = (self.tenant_id, invocation_id)
+        found = self.state.invocations.get(key)
+        if found is None or found.late_status is not None:
+            return False
+        self.state.invocations[key] = replace(found, late_status=status, late_message=message, late_at=at)
+        return True
+
+    async def due(self, now: datetime, limit: int) -> Sequence[Invocation]:
+        due = [i for i in self._mine() if i.status.open and i.expires_at <= now]
+        return sorted(due, key=lambda i: i.expires_at)[:limit]
+
+
+class _Events(_Repo):
+    async def append(self, user_id: str, type: str, data: Mapping[str, EventValue], at: datetime) -> int:
+        events = self.state.events.setdefault(self.tenant_id, [])
+        seq = len(events) + 1
+        events.append(Event(self.tenant_id, seq, user_id, type, dict(data), at))
+        return seq
+
+    async def read(self, user_id: str, after: int, limit: int) -> Sequence[Event]:
+        events = self.state.events.get(self.tenant_id, [])
+        return [e for e in events[after:] if e.user_id == user_id][:limit]
+
+
+class _Outbox(_Repo):
+    async def add(self, item: OutboxItem) -> None:
+        self._own(item.tenant_id)
+        self.state.outbox[(item.tenant_id, item.delivery_id)] = item
+
+    async def for_subject(self, subject_id: str) -> Sequence[OutboxItem]:
+        found = [
+            i for (t, _), i in self.state.outbox.items() if t == self.tenant_id and i.subject_id == subject_id
+        ]
+        return sorted(found, key=lambda i: i.created_at)

@@ -10,7 +10,7 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -20,12 +20,17 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_en
 
 from tapgate.adapters.store import tables as t
 from tapgate.adapters.store.urls import engine_url
+from tapgate.adapters.wake.local import LocalWake
+from tapgate.adapters.wake.postgres import CHANNEL
 from tapgate.domain.accounts import Credential, Tenant, User
 from tapgate.domain.audit import GENESIS, AuditEntry, AuditRecord, chain_entry
 from tapgate.domain.devices import Declared, Device, DeviceStatus, PushTarget, parse_capability
 from tapgate.domain.errors import Conflict, StorageError
+from tapgate.domain.events import Event, EventValue
+from tapgate.domain.invocations import OPEN, Invocation, Status
 from tapgate.domain.pairing import Pairing, PairingStatus
 from tapgate.domain.principals import Scope, TokenKind
+from tapgate.domain.push import OutboxItem
 from tapgate.domain.sessions import Session, SessionKind
 
 log = logging.getLogger(__name__)
@@ -34,14 +39,24 @@ log = logging.getLogger(__name__)
 class SqlStore:
     """One engine, one unit of work per transaction. Build it with :func:`open_sql_store`."""
 
-    def __init__(self, engine: AsyncEngine) -> None:
+    def __init__(self, engine: AsyncEngine, wake: LocalWake | None = None) -> None:
         self.engine = engine
+        self.wake = wake or LocalWake()
         self.is_postgres = engine.dialect.name == "postgresql"
         # SQLite has one writer at a time; queueing writers here keeps them off the busy-wait.
         self._sqlite_writer = None if self.is_postgres else asyncio.Lock()
 
     @contextlib.asynccontextmanager
     async def unit_of_work(self, tenant_id: str) -> AsyncIterator[SqlUnitOfWork]:
+        keys: list[str] = []
+        async with self._transaction(tenant_id) as uow:
+            keys = uow.keys
+            yield uow
+        for key in keys:  # committed: wake this process's waiters at once
+            self.wake.notify(key)
+
+    @contextlib.asynccontextmanager
+    async def _transaction(self, tenant_id: str) -> AsyncIterator[SqlUnitOfWork]:
         async with contextlib.AsyncExitStack() as stack:
             if self._sqlite_writer is not None:
                 await stack.enter_async_context(self._sqlite_writer)
@@ -51,7 +66,14 @@ class SqlStore:
                     await conn.execute(
                         text("SELECT set_config('app.tenant_id', :tenant, true)"), {"tenant": tenant_id}
                     )
-                yield SqlUnitOfWork(conn, tenant_id)
+                uow = SqlUnitOfWork(conn, tenant_id)
+                yield uow
+                if uow.keys and self.is_postgres:
+                    # Delivered to every listening process exactly when this transaction commits.
+                    await conn.execute(
+                        text("SELECT pg_notify(:channel, k) FROM unnest(CAST(:keys AS text[])) AS k"),
+                        {"channel": CHANNEL, "keys": list(uow.keys)},
+                    )
             except DBAPIError as e:
                 # The driver's message can quote row contents: log its class only.
                 log.error("storage error", extra={"error": type(e.orig).__name__})
@@ -76,7 +98,7 @@ class SqlStore:
         await self.engine.dispose()
 
 
-def open_sql_store(database_url: str, pool_size: int = 10) -> SqlStore:
+def open_sql_store(database_url: str, pool_size: int = 10, wake: LocalWake | None = None) -> SqlStore:
     """An engine for ``database_url`` with tapgate's connection settings."""
     url = engine_url(database_url)
     if url.get_backend_name() == "sqlite":
@@ -84,7 +106,7 @@ def open_sql_store(database_url: str, pool_size: int = 10) -> SqlStore:
         _tune_sqlite(engine)
     else:
         engine = create_async_engine(url, pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True)
-    return SqlStore(engine)
+    return SqlStore(engine, wake)
 
 
 def _tune_sqlite(engine: AsyncEngine) -> None:
@@ -115,6 +137,14 @@ class SqlUnitOfWork:
         self.devices = _Devices(conn, tenant_id)
         self.pairings = _Pairings(conn, tenant_id)
         self.sessions = _Sessions(conn, tenant_id)
+        self.invocations = _Invocations(conn, tenant_id)
+        self.events = _Events(conn, tenant_id)
+        self.outbox = _Outbox(conn, tenant_id)
+        self.keys: list[str] = []
+
+    def notify(self, key: str) -> None:
+        if key not in self.keys:
+            self.keys.append(key)
 
 
 class _Repo:
@@ -285,6 +315,7 @@ class _Devices(_Repo):
                 last_seen_at=r.last_seen_at,
                 revoked_at=r.revoked_at,
                 capabilities=tuple(declared[r.device_uid]),
+                link_until=r.link_until,
             )
             for r in rows
         ]
@@ -341,6 +372,14 @@ class _Devices(_Repo):
             values["revoked_at"] = at
         await self.conn.execute(
             update(t.devices).where(c.tenant_id == self.tenant_id, c.device_uid == device_uid).values(values)
+        )
+
+    async def set_link(self, device_uid: str, until: datetime | None) -> None:
+        c = t.devices.c
+        await self.conn.execute(
+            update(t.devices)
+            .where(c.tenant_id == self.tenant_id, c.device_uid == device_uid)
+            .values(link_until=until)
         )
 
     async def touch(self, device_uid: str, at: datetime) -> None:
@@ -487,6 +526,217 @@ class _Sessions(_Repo):
             )
         )
         return seq
+
+
+def _invocation(r: Any) -> Invocation:
+    return Invocation(
+        tenant_id=r.tenant_id,
+        invocation_id=r.invocation_id,
+        user_id=r.user_id,
+        agent_id=r.agent_id,
+        device_uid=r.device_uid,
+        device_id=r.device_id,
+        tool=r.tool,
+        capability=r.capability,
+        arguments=json.loads(r.arguments),
+        arguments_sha256=r.arguments_sha256,
+        status=Status(r.status),
+        created_at=r.created_at,
+        expires_at=r.expires_at,
+        session_id=r.session_id,
+        run_id=r.run_id,
+        origin=r.origin,
+        delivered_at=r.delivered_at,
+        resolved_at=r.resolved_at,
+        message=r.message,
+        late_status=r.late_status,
+        late_message=r.late_message,
+        late_at=r.late_at,
+    )
+
+
+class _Invocations(_Repo):
+    async def add(self, invocation: Invocation) -> None:
+        i = invocation
+        row = {
+            "tenant_id": i.tenant_id,
+            "invocation_id": i.invocation_id,
+            "user_id": i.user_id,
+            "agent_id": i.agent_id,
+            "device_uid": i.device_uid,
+            "device_id": i.device_id,
+            "tool": i.tool,
+            "capability": i.capability,
+            "arguments": json.dumps(dict(i.arguments), sort_keys=True),
+            "arguments_sha256": i.arguments_sha256,
+            "status": i.status.value,
+            "created_at": i.created_at,
+            "expires_at": i.expires_at,
+            "session_id": i.session_id,
+            "run_id": i.run_id,
+            "origin": i.origin,
+            "delivered_at": i.delivered_at,
+            "resolved_at": i.resolved_at,
+            "message": i.message,
+        }
+        await self._insert(t.invocations, row, f"Invocation {i.invocation_id!r} exists already.")
+
+    async def get(self, invocation_id: str) -> Invocation | None:
+        c = t.invocations.c
+        r = (
+            await self.conn.execute(
+                select(t.invocations).where(c.tenant_id == self.tenant_id, c.invocation_id == invocation_id)
+            )
+        ).first()
+        return None if r is None else _invocation(r)
+
+    async def pending_for(self, device_uid: str, limit: int) -> Sequence[Invocation]:
+        c = t.invocations.c
+        rows = await self.conn.execute(
+            select(t.invocations)
+            .where(
+                c.tenant_id == self.tenant_id, c.device_uid == device_uid, c.status == Status.PENDING.value
+            )
+            .order_by(c.created_at, c.invocation_id)
+            .limit(limit)
+        )
+        return [_invocation(r) for r in rows]
+
+    async def open_for(self, device_uid: str) -> Sequence[Invocation]:
+        c = t.invocations.c
+        rows = await self.conn.execute(
+            select(t.invocations).where(
+                c.tenant_id == self.tenant_id, c.device_uid == device_uid, c.status.in_(OPEN)
+            )
+        )
+        return [_invocation(r) for r in rows]
+
+    async def mark_delivered(self, invocation_ids: Sequence[str], at: datetime) -> None:
+        if not invocation_ids:
+            return
+        c = t.invocations.c
+        await self.conn.execute(
+            update(t.invocations)
+            .where(
+                c.tenant_id == self.tenant_id,
+                c.invocation_id.in_(list(invocation_ids)),
+                c.delivered_at.is_(None),
+            )
+            .values(delivered_at=at)
+        )
+
+    async def resolve(self, invocation: Invocation) -> bool:
+        c = t.invocations.c
+        changed = await self.conn.execute(
+            update(t.invocations)
+            .where(
+                c.tenant_id == self.tenant_id,
+                c.invocation_id == invocation.invocation_id,
+                c.status.in_(OPEN),
+            )
+            .values(
+                status=invocation.status.value, resolved_at=invocation.resolved_at, message=invocation.message
+            )
+        )
+        return bool(changed.rowcount)
+
+    async def add_late_report(
+        self, invocation_id: str, status: str, message: str | None, at: datetime
+    ) -> bool:
+        c = t.invocations.c
+        changed = await self.conn.execute(
+            update(t.invocations)
+            .where(c.tenant_id == self.tenant_id, c.invocation_id == invocation_id, c.late_status.is_(None))
+            .values(late_status=status, late_message=message, late_at=at)
+        )
+        return bool(changed.rowcount)
+
+    async def due(self, now: datetime, limit: int) -> Sequence[Invocation]:
+        c = t.invocations.c
+        rows = await self.conn.execute(
+            select(t.invocations)
+            .where(c.tenant_id == self.tenant_id, c.status.in_(OPEN), c.expires_at <= now)
+            .order_by(c.expires_at)
+            .limit(limit)
+        )
+        return [_invocation(r) for r in rows]
+
+
+class _Outbox(_Repo):
+    async def add(self, item: OutboxItem) -> None:
+        await self.conn.execute(
+            insert(t.push_outbox).values(
+                tenant_id=item.tenant_id,
+                delivery_id=item.delivery_id,
+                device_uid=item.device_uid,
+                event=item.event,
+                subject_id=item.subject_id,
+                status=item.status,
+                attempts=item.attempts,
+                not_before=item.not_before,
+                claimed_until=item.claimed_until,
+                created_at=item.created_at,
+                finished_at=item.finished_at,
+            )
+        )
+
+    async def for_subject(self, subject_id: str) -> Sequence[OutboxItem]:
+        c = t.push_outbox.c
+        rows = await self.conn.execute(
+            select(t.push_outbox)
+            .where(c.tenant_id == self.tenant_id, c.subject_id == subject_id)
+            .order_by(c.created_at)
+        )
+        return [
+            OutboxItem(
+                tenant_id=r.tenant_id,
+                delivery_id=r.delivery_id,
+                device_uid=r.device_uid,
+                event=r.event,
+                subject_id=r.subject_id,
+                not_before=r.not_before,
+                created_at=r.created_at,
+                status=r.status,
+                attempts=r.attempts,
+                claimed_until=r.claimed_until,
+                finished_at=r.finished_at,
+            )
+            for r in rows
+        ]
+
+
+class _Events(_Repo):
+    async def append(self, user_id: str, type: str, data: Mapping[str, EventValue], at: datetime) -> int:
+        h = t.audit_heads.c
+        seq = await self.conn.scalar(
+            update(t.audit_heads)
+            .where(h.tenant_id == self.tenant_id)
+            .values(event_seq=h.event_seq + 1)
+            .returning(h.event_seq)
+        )
+        if seq is None:
+            raise StorageError(f"Tenant {self.tenant_id!r} has no event counter; was it created?")
+        await self.conn.execute(
+            insert(t.events).values(
+                tenant_id=self.tenant_id,
+                seq=seq,
+                user_id=user_id,
+                type=type,
+                data=json.dumps(dict(data), sort_keys=True),
+                created_at=at,
+            )
+        )
+        return int(seq)
+
+    async def read(self, user_id: str, after: int, limit: int) -> Sequence[Event]:
+        c = t.events.c
+        rows = await self.conn.execute(
+            select(t.events)
+            .where(c.tenant_id == self.tenant_id, c.user_id == user_id, c.seq > after)
+            .order_by(c.seq)
+            .limit(limit)
+        )
+        return [Event(r.tenant_id, r.seq, r.user_id, r.type, json.loads(r.data), r.created_at) for r in rows]
 
 
 class _Journal(_Repo):

@@ -92,6 +92,9 @@ audit_heads = Table(
     Column("tenant_id", String(40), primary_key=True),
     Column("seq", BigInteger, nullable=False),
     Column("hash", String(64), nullable=False),
+    # The tenant's event counter sits on the row every writing transaction locks for the journal, so
+    # event numbers grow in commit order and a resuming reader misses none.
+    Column("event_seq", BigInteger, nullable=False, server_default="0"),
     ForeignKeyConstraint(["tenant_id"], ["tenants.tenant_id"], ondelete="CASCADE"),
 )
 
@@ -129,6 +132,7 @@ devices = Table(
     Column("created_at", UtcDateTime, nullable=False),
     Column("last_seen_at", UtcDateTime),
     Column("revoked_at", UtcDateTime),
+    Column("link_until", UtcDateTime),  # a live WebSocket link is held until then (refreshed)
     ForeignKeyConstraint(["tenant_id", "user_id"], ["users.tenant_id", "users.user_id"], ondelete="CASCADE"),
     # One live (pending or active) device per id and user; a revoked id may be paired again.
     Index(
@@ -209,6 +213,71 @@ session_messages = Table(
         ["sessions.tenant_id", "sessions.user_id", "sessions.session_id"],
         ondelete="CASCADE",
     ),
+)
+
+invocations = Table(
+    "invocations",
+    metadata,
+    Column("tenant_id", String(40), primary_key=True),
+    Column("invocation_id", String(64), primary_key=True),
+    Column("user_id", String(40), nullable=False),
+    Column("agent_id", String(40), nullable=False),
+    Column("device_uid", String(16), nullable=False),
+    Column("device_id", String(24), nullable=False),
+    Column("tool", String(64), nullable=False),
+    Column("capability", String(30), nullable=False),
+    Column("arguments", Text, nullable=False),
+    Column("arguments_sha256", String(64), nullable=False),
+    Column("status", String(20), nullable=False),
+    Column("created_at", UtcDateTime, nullable=False),
+    Column("expires_at", UtcDateTime, nullable=False),
+    Column("session_id", String(100)),
+    Column("run_id", String(100)),
+    Column("origin", String(16), nullable=False),
+    Column("delivered_at", UtcDateTime),
+    Column("resolved_at", UtcDateTime),
+    Column("message", Text),
+    Column("late_status", String(20)),
+    Column("late_message", Text),
+    Column("late_at", UtcDateTime),
+    ForeignKeyConstraint(
+        ["tenant_id", "device_uid"], ["devices.tenant_id", "devices.device_uid"], ondelete="CASCADE"
+    ),
+    Index("invocations_device_status", "tenant_id", "device_uid", "status", "created_at"),
+    Index("invocations_open_deadline", "status", "expires_at"),
+)
+
+events = Table(
+    "events",
+    metadata,
+    Column("tenant_id", String(40), primary_key=True),
+    Column("seq", BigInteger, primary_key=True, autoincrement=False),
+    Column("user_id", String(40), nullable=False),
+    Column("type", String(40), nullable=False),
+    Column("data", Text, nullable=False),
+    Column("created_at", UtcDateTime, nullable=False),
+    ForeignKeyConstraint(["tenant_id", "user_id"], ["users.tenant_id", "users.user_id"], ondelete="CASCADE"),
+    Index("events_user_seq", "tenant_id", "user_id", "seq"),
+)
+
+push_outbox = Table(
+    "push_outbox",
+    metadata,
+    Column("tenant_id", String(40), primary_key=True),
+    Column("delivery_id", String(40), primary_key=True),
+    Column("device_uid", String(16), nullable=False),
+    Column("event", String(40), nullable=False),
+    Column("subject_id", String(64), nullable=False),  # the invocation or approval it announces
+    Column("status", String(16), nullable=False),  # queued, sent, skipped, failed
+    Column("attempts", Integer, nullable=False),
+    Column("not_before", UtcDateTime, nullable=False),
+    Column("claimed_until", UtcDateTime),
+    Column("created_at", UtcDateTime, nullable=False),
+    Column("finished_at", UtcDateTime),
+    ForeignKeyConstraint(
+        ["tenant_id", "device_uid"], ["devices.tenant_id", "devices.device_uid"], ondelete="CASCADE"
+    ),
+    Index("push_outbox_due", "status", "not_before"),
 )
 
 TENANT_TABLES = tuple(t.name for t in metadata.sorted_tables)

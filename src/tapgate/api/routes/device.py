@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Response
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Response
 
 from tapgate.api.auth import DeviceDep, GatewayDep
-from tapgate.api.schemas import Capabilities, DeviceAnswer
-from tapgate.api.views import device_view
+from tapgate.api.schemas import (
+    Capabilities,
+    DeviceAnswer,
+    DeviceInvocation,
+    DeviceInvocations,
+    ResultAccepted,
+    ResultBody,
+)
+from tapgate.api.views import device_invocation, device_view
 
 router = APIRouter(prefix="/v1/device", tags=["device"])
 
@@ -19,3 +28,27 @@ async def redeclare(body: Capabilities, device: DeviceDep, gw: GatewayDep) -> De
 @router.post("/heartbeat", status_code=204, response_class=Response, summary="Say the device is present")
 async def heartbeat(device: DeviceDep) -> Response:
     return Response(status_code=204)
+
+
+@router.get("/invocations", response_model=DeviceInvocations, summary="Long-poll the device's pending work")
+async def pending(
+    device: DeviceDep,
+    gw: GatewayDep,
+    wait: Annotated[float, Query(ge=0, le=60, description="Seconds to wait for work")] = 0,
+) -> DeviceInvocations:
+    found = await gw.device_pending(device, wait)
+    return DeviceInvocations(invocations=[DeviceInvocation(**device_invocation(i)) for i in found])
+
+
+@router.post(
+    "/invocations/{invocation_id}/result",
+    response_model=ResultAccepted,
+    summary="Answer an invocation, exactly once",
+    responses={
+        409: {"description": "Answered already; the body holds the first answer"},
+        410: {"description": "Expired"},
+    },
+)
+async def answer(invocation_id: str, body: ResultBody, device: DeviceDep, gw: GatewayDep) -> ResultAccepted:
+    answered = await gw.device_answer(device, invocation_id, body.status, body.message)
+    return ResultAccepted(id=answered.invocation_id, status=answered.status.value)

@@ -1,0 +1,1 @@
+"""Wake adapters: waiters in this process, and PostgreSQL LISTEN/NOTIFY across processes."""

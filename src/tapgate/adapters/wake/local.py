@@ -1,0 +1,38 @@
+"""Waiters in this process: one asyncio.Event per waiter, set by a notification on its key."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections import defaultdict
+from collections.abc import Iterator
+
+
+class LocalWake:
+    def __init__(self) -> None:
+        self._waiters: defaultdict[str, set[asyncio.Event]] = defaultdict(set)
+
+    @contextlib.contextmanager
+    def subscribe(self, key: str) -> Iterator[asyncio.Event]:
+        event = asyncio.Event()
+        self._waiters[key].add(event)
+        try:
+            yield event
+        finally:
+            waiters = self._waiters.get(key)
+            if waiters is not None:
+                waiters.discard(event)
+                if not waiters:
+                    del self._waiters[key]
+
+    def notify(self, key: str) -> None:
+        for event in self._waiters.get(key, ()):
+            event.set()
+
+    def notify_all(self) -> None:
+        for waiters in self._waiters.values():
+            for event in waiters:
+                event.set()
+
+    def waiting(self) -> int:
+        return sum(len(w) for w in self._waiters.values())

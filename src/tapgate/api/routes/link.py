@@ -1,0 +1,165 @@
+"""The device's live link: a WebSocket carrying the frames of DESIGN §3.4.
+
+The device authenticates with its token in the upgrade's Authorization header or in a first
+``device:auth`` frame. The server sends every pending invocation as ``device:invoke`` at once and each
+new one the moment it is written (in any process), revalidates the device on every wake, and sends
+``device:revoked`` before closing a removed device's link. Malformed frames are dropped and counted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+
+from fastapi import APIRouter, WebSocket, WebSocketDisconnect
+from prometheus_client import CollectorRegistry, Counter, Gauge
+
+from tapgate.api.views import device_invocation
+from tapgate.domain.errors import TapgateError
+from tapgate.domain.frames import REVOKED_FRAME, DeviceAuth, DeviceEvent, DeviceResult, parse_frame
+from tapgate.gateway import Gateway
+from tapgate.services.context import device_key
+from tapgate.services.devices import DeviceCaller
+
+router = APIRouter()
+log = logging.getLogger(__name__)
+AUTH_SECONDS = 10.0
+REFRESH_SECONDS = 25.0
+LINK_SECONDS = 60.0
+UNAUTHORIZED = 4401
+REVOKED = 4403
+
+
+class LinkMetrics:
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.dropped = Counter(
+            "tapgate_ws_frames_dropped", "Malformed or unexpected device frames dropped", registry=registry
+        )
+        self.links = Gauge("tapgate_ws_links", "Open device WebSocket links", registry=registry)
+
+
+def _bearer(ws: WebSocket) -> str | None:
+    header = ws.headers.get("authorization", "")
+    scheme, _, token = header.partition(" ")
+    return token.strip() if scheme.lower() == "bearer" and token.strip() else None
+
+
+@router.websocket("/v1/device/connect")
+async def connect(ws: WebSocket) -> None:
+    gateway: Gateway = ws.app.state.gateway
+    metrics: LinkMetrics = ws.app.state.link_metrics
+    await ws.accept()
+    token, claimed = _bearer(ws), None
+    if token is None:
+        try:
+            raw = await asyncio.wait_for(ws.receive_text(), timeout=AUTH_SECONDS)
+        except (TimeoutError, WebSocketDisconnect):
+            await _close(ws, UNAUTHORIZED)
+            return
+        frame = parse_frame(raw)
+        if not isinstance(frame, DeviceAuth):
+            metrics.dropped.inc()
+            await _close(ws, UNAUTHORIZED)
+            return
+        token, claimed = frame.token, frame.device_id
+    try:
+        caller = await gateway.authenticate_device(token)
+    except TapgateError:
+        await _close(ws, UNAUTHORIZED)
+        return
+    if claimed is not None and claimed != caller.device.device_id:
+        await _close(ws, UNAUTHORIZED)
+        return
+    metrics.links.inc()
+    try:
+        await DeviceLink(gateway, ws, caller, metrics, token).run()
+    finally:
+        metrics.links.dec()
+
+
+async def _close(ws: WebSocket, code: int) -> None:
+    with contextlib.suppress(Exception):
+        await ws.close(code=code)
+
+
+class DeviceLink:
+    def __init__(
+        self, gateway: Gateway, ws: WebSocket, caller: DeviceCaller, metrics: LinkMetrics, token: str
+    ) -> None:
+        self.gateway = gateway
+        self.ws = ws
+        self.caller = caller
+        self.metrics = metrics
+        self.token = token
+
+    async def run(self) -> None:
+        await self.gateway.hold_link(self.caller, LINK_SECONDS)
+        sending = asyncio.create_task(self._send())
+        receiving = asyncio.create_task(self._receive())
+        try:
+            await asyncio.wait({sending, receiving}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (sending, receiving):
+                task.cancel()
+            for task in (sending, receiving):
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+            with contextlib.suppress(TapgateError):
+                await self.gateway.hold_link(self.caller, None)
+            await _close(self.ws, 1000)
+
+    async def _send(self) -> None:
+        tenant, uid = self.caller.principal.tenant_id, self.caller.device.device_uid
+        sent: set[str] = set()
+        with self.gateway.ctx.wake.subscribe(device_key(tenant, uid)) as woken:
+            while True:
+                woken.clear()
+                try:
+                    self.caller = await self.gateway.authenticate_device(self.token)
+                except TapgateError:
+                    with contextlib.suppress(Exception):
+                        await self.ws.send_text(json.dumps(REVOKED_FRAME))
+                    await _close(self.ws, REVOKED)
+                    return
+                pending = await self.gateway.device_pending(self.caller)
+                for invocation in pending:
+                    if invocation.invocation_id not in sent:
+                        view = device_invocation(invocation)
+                        frame = {
+                            "type": "device:invoke",
+                            "callId": view["id"],
+                            "tool": view["tool"],
+                            "capability": view["capability"],
+                            "input": view["arguments"],
+                            "summary": view["summary"],
+                            "expires_at": view["expires_at"],
+                        }
+                        await self.ws.send_text(json.dumps(frame))
+                sent = {i.invocation_id for i in pending}
+                try:
+                    await asyncio.wait_for(woken.wait(), timeout=REFRESH_SECONDS)
+                except TimeoutError:
+                    await self.gateway.hold_link(self.caller, LINK_SECONDS)
+
+    async def _receive(self) -> None:
+        while True:
+            try:
+                raw = await self.ws.receive_text()
+            except (WebSocketDisconnect, RuntimeError):
+                return
+            frame = parse_frame(raw)
+            if isinstance(frame, DeviceResult):
+                await self._answer(frame)
+            elif isinstance(frame, DeviceEvent):
+                continue  # device events are accepted and not yet delivered anywhere
+            else:
+                self.metrics.dropped.inc()
+
+    async def _answer(self, frame: DeviceResult) -> None:
+        try:
+            await self.gateway.device_answer(self.caller, frame.call_id, frame.status, frame.message)
+        except TapgateError as e:
+            error = {"type": "device:error", "callId": frame.call_id, "code": e.code, "message": e.message}
+            await self.ws.send_text(json.dumps(error))

@@ -1,0 +1,25 @@
+"""Events: what the agent runtime learns from the event stream, durable and resumable by sequence."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+
+EventValue = str | int | bool | None
+
+INVOCATION_RESOLVED = "invocation.resolved"
+INVOCATION_LATE_REPORT = "invocation.late_report"
+APPROVAL_REQUESTED = "approval.requested"
+APPROVAL_DECIDED = "approval.decided"
+INGEST_MESSAGE = "ingest.message"
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    tenant_id: str
+    seq: int
+    user_id: str
+    type: str
+    data: Mapping[str, EventValue]
+    created_at: datetime

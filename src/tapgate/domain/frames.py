@@ -1,0 +1,101 @@
+"""The device link's JSON frames: untrusted text in, a frame or nothing out; frames for the device out.
+
+Device → server: ``device:auth`` {deviceId, token}; ``device:result`` {callId, status, message?} (the
+``ok: true|false`` with ``result``/``error`` form is read as done/failed); ``device:event`` {capability,
+data}. Server → device: ``device:invoke``, ``device:revoked``. Anything else is dropped.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from tapgate.domain.invocations import Invocation
+
+MAX_FRAME = 64 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceAuth:
+    device_id: str
+    token: str
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceResult:
+    call_id: str
+    status: str
+    message: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceEvent:
+    capability: str
+    data: Any
+
+
+Frame = DeviceAuth | DeviceResult | DeviceEvent
+
+
+def _text(value: object, limit: int) -> str | None:
+    return value if isinstance(value, str) and 0 < len(value) <= limit else None
+
+
+def parse_frame(raw: str | bytes) -> Frame | None:
+    """Read one frame; None for anything malformed (the link drops it and counts it)."""
+    if len(raw) > MAX_FRAME:
+        return None
+    try:
+        data = json.loads(raw)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    if not isinstance(data, dict):
+        return None
+    kind = data.get("type")
+    if kind == "device:auth":
+        device_id, token = _text(data.get("deviceId"), 24), _text(data.get("token"), 200)
+        return DeviceAuth(device_id, token) if device_id and token else None
+    if kind == "device:result":
+        return _result(data)
+    if kind == "device:event":
+        capability = _text(data.get("capability"), 30)
+        return DeviceEvent(capability, data.get("data")) if capability else None
+    return None
+
+
+def _result(data: dict[str, Any]) -> DeviceResult | None:
+    call_id = _text(data.get("callId"), 64)
+    if call_id is None:
+        return None
+    message: Any = data.get("message")
+    status: Any
+    if "ok" in data:  # the older form: ok with result or error
+        if not isinstance(data["ok"], bool):
+            return None
+        status = "done" if data["ok"] else "failed"
+        message = data.get("result") if data["ok"] else data.get("error")
+        if message is not None and not isinstance(message, str):
+            message = json.dumps(message)[:1000]
+    else:
+        status = data.get("status")
+        if not isinstance(status, str):
+            return None
+    if message is not None and not isinstance(message, str):
+        return None
+    return DeviceResult(call_id, status, message)
+
+
+def invoke_frame(invocation: Invocation, summary: str | None) -> dict[str, Any]:
+    return {
+        "type": "device:invoke",
+        "callId": invocation.invocation_id,
+        "tool": invocation.tool,
+        "capability": invocation.capability,
+        "input": dict(invocation.arguments),
+        "summary": summary,
+        "expires_at": invocation.expires_at.isoformat(),
+    }
+
+
+REVOKED_FRAME = {"type": "device:revoked"}

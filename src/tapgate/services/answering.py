@@ -1,0 +1,123 @@
+"""The device's side of an invocation: fetch what is pending, and answer each exactly once."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from tapgate.domain.audit import AuditRecord
+from tapgate.domain.errors import Conflict, Gone, NotFound
+from tapgate.domain.events import INVOCATION_LATE_REPORT
+from tapgate.domain.invocations import Invocation, Status, cut_message, device_status
+from tapgate.ports import UnitOfWork
+from tapgate.services.context import Context, device_key, events_key
+from tapgate.services.devices import DeviceCaller
+from tapgate.services.invoking import announce
+
+MAX_FETCH = 50
+
+
+@dataclass(frozen=True, slots=True)
+class Answered:
+    invocation_id: str
+    status: Status
+
+
+class AlreadyAnswered(Conflict):
+    """A second answer: 409, carrying the first."""
+
+    def __init__(self, first: Invocation) -> None:
+        super().__init__(
+            f"This invocation was answered already ({first.status.value}); the first answer stands."
+        )
+        self.first = first
+
+
+async def pending(ctx: Context, caller: DeviceCaller, wait: float = 0) -> Sequence[Invocation]:
+    """The device's pending invocations, waiting up to ``wait`` seconds for one to arrive."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + max(0.0, min(wait, 60.0))
+    tenant, uid = caller.principal.tenant_id, caller.device.device_uid
+    with ctx.wake.subscribe(device_key(tenant, uid)) as woken:
+        while True:
+            woken.clear()
+            found = await take_pending(ctx, caller)
+            left = deadline - loop.time()
+            if found or left <= 0:
+                return found
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(woken.wait(), timeout=left)
+
+
+async def take_pending(ctx: Context, caller: DeviceCaller) -> list[Invocation]:
+    """Pending invocations not yet overdue, marked as handed to the device."""
+    now = ctx.clock.now()
+    async with ctx.store.unit_of_work(caller.principal.tenant_id) as uow:
+        found = [
+            i
+            for i in await uow.invocations.pending_for(caller.device.device_uid, MAX_FETCH)
+            if not i.due(now)
+        ]
+        await uow.invocations.mark_delivered([i.invocation_id for i in found if i.delivered_at is None], now)
+    return found
+
+
+async def answer(
+    ctx: Context, caller: DeviceCaller, invocation_id: str, status_word: str, message: str | None
+) -> Answered:
+    """The device's one answer. Raises NotFound (not this device's), AlreadyAnswered (409), Gone (410:
+    it expired; the answer is kept as a late report), InvalidInput (a bad status)."""
+    status = device_status(status_word)
+    now = ctx.clock.now()
+    late = False
+    async with ctx.store.unit_of_work(caller.principal.tenant_id) as uow:
+        invocation = await uow.invocations.get(invocation_id)
+        if invocation is None or invocation.device_uid != caller.device.device_uid:
+            raise NotFound(f"This device has no invocation {invocation_id!r}.")
+        if invocation.due(now):
+            expired = invocation.expired(now)
+            if await uow.invocations.resolve(expired):
+                await announce(uow, expired, "invocation.expired", "system:expiry", now)
+            invocation = expired
+        if invocation.status is Status.EXPIRED:
+            await _late_report(uow, caller, invocation, status, message)
+            late = True
+        elif not invocation.status.open:
+            raise AlreadyAnswered(invocation)
+        else:
+            answered = invocation.answered(status, message, now)
+            if not await uow.invocations.resolve(answered):
+                raise AlreadyAnswered(invocation)
+            await announce(uow, answered, "invocation.answered", caller.principal.actor, now)
+    if late:
+        raise Gone("This invocation expired before the answer came; it is kept as a late report.")
+    return Answered(invocation_id, status)
+
+
+async def _late_report(
+    uow: UnitOfWork, caller: DeviceCaller, invocation: Invocation, status: Status, message: str | None
+) -> None:
+    now = invocation.resolved_at or invocation.expires_at
+    if not await uow.invocations.add_late_report(
+        invocation.invocation_id, status.value, cut_message(message), now
+    ):
+        return
+    await uow.journal.append(
+        AuditRecord(
+            "invocation.late_report",
+            caller.principal.actor,
+            status.value,
+            subject=invocation.invocation_id,
+            data={"tool": invocation.tool, "device_id": invocation.device_id},
+        ),
+        now,
+    )
+    await uow.events.append(
+        invocation.user_id,
+        INVOCATION_LATE_REPORT,
+        {"invocation_id": invocation.invocation_id, "tool": invocation.tool, "status": status.value},
+        now,
+    )
+    uow.notify(events_key(invocation.tenant_id, invocation.user_id))

@@ -1,0 +1,46 @@
+"""What every use case may reach: the ports, the clock, the limits and the policies, chosen once."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from tapgate.domain.policy import PolicySet
+from tapgate.ports import Clock, Store, Wake
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    invocation_timeout_seconds: int = 300
+    device_call_timeout_seconds: int = 10
+    ingest_daily_cap: int = 500
+    approval_sign_ttl_seconds: int = 3600
+    max_devices_per_user: int = 10
+    max_open_confirmations: int = 5
+    require_device_signature: bool = False
+    invocation_poll_seconds: float = 2.0
+    live_ack_seconds: float = 1.0  # how long a live link may take a call before its push goes out
+
+
+@dataclass(frozen=True, slots=True)
+class Context:
+    store: Store
+    clock: Clock
+    wake: Wake
+    limits: Limits = field(default_factory=Limits)
+    policies: PolicySet = field(default_factory=PolicySet)
+    device_channel: bool = False
+
+
+def device_key(tenant_id: str, device_uid: str) -> str:
+    """Notified when a device has new work (or was revoked)."""
+    return f"{tenant_id}:device:{device_uid}"
+
+
+def invocation_key(tenant_id: str, invocation_id: str) -> str:
+    """Notified when an invocation is resolved."""
+    return f"{tenant_id}:invocation:{invocation_id}"
+
+
+def events_key(tenant_id: str, user_id: str) -> str:
+    """Notified when the user has a new event."""
+    return f"{tenant_id}:events:{user_id}"

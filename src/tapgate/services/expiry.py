@@ -1,0 +1,61 @@
+"""The expiry sweep: open invocations past their deadline resolve ``expired`` (tool.device_offline).
+
+Readers expire what they find overdue themselves; the sweep catches the rest, at start-up and then on
+an interval, tenant by tenant.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+from tapgate.services.context import Context
+from tapgate.services.invoking import expire
+
+log = logging.getLogger(__name__)
+BATCH = 200
+
+
+async def sweep(ctx: Context) -> int:
+    """Expire every overdue invocation now; return how many."""
+    now = ctx.clock.now()
+    count = 0
+    for tenant_id in await ctx.store.tenant_ids():
+        while True:
+            async with ctx.store.unit_of_work(tenant_id) as uow:
+                due = await uow.invocations.due(now, BATCH)
+            for invocation in due:
+                await expire(ctx, invocation, now)
+            count += len(due)
+            if len(due) < BATCH:
+                break
+    return count
+
+
+async def run_sweeper(ctx: Context, interval: float) -> None:
+    """Sweep at once, then every ``interval`` seconds, until cancelled; a failed sweep is logged."""
+    while True:
+        try:
+            expired = await sweep(ctx)
+            if expired:
+                log.info("expired overdue invocations", extra={"count": expired})
+        except Exception as e:
+            log.error("expiry sweep failed", extra={"error": type(e).__name__})
+        await asyncio.sleep(interval)
+
+
+class Sweeper:
+    def __init__(self, ctx: Context, interval: float = 1.0) -> None:
+        self._ctx = ctx
+        self._interval = interval
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(run_sweeper(self._ctx, self._interval), name="tapgate-expiry")
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task

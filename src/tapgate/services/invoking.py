@@ -1,0 +1,441 @@
+"""Invoke: the check chain of DESIGN §3.3, in its order, then delivery to the device.
+
+The input is copied first. The first check that fails is the call's answer, a refusal that leaves only
+its audit entry. A call that passes is written as a ``pending`` row in the same transaction as its
+audit entry (and its push), and its device is woken.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import copy
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from tapgate.domain import phone_action
+from tapgate.domain.audit import AuditRecord
+from tapgate.domain.devices import PHONE_ACTIONS, SMS_SEND, Capability, Device, DeviceStatus
+from tapgate.domain.errors import Conflict, InvalidInput, NotFound
+from tapgate.domain.events import INVOCATION_RESOLVED
+from tapgate.domain.ids import new_id
+from tapgate.domain.invocations import (
+    TRUST,
+    Invocation,
+    Status,
+    arguments_sha256,
+    check_arguments,
+    check_string,
+    result_text,
+    strings_in,
+)
+from tapgate.domain.policy import PolicyRequest, Verdict, decide
+from tapgate.domain.principals import Principal, Scope, TokenKind
+from tapgate.domain.push import OutboxItem
+from tapgate.domain.secret_scan import SecretRefused, check_outbound
+from tapgate.domain.sessions import Session, SessionKind
+from tapgate.domain.tools import PHONE_ACTION, ToolName
+from tapgate.ports import UnitOfWork
+from tapgate.services.context import Context, device_key, events_key, invocation_key
+
+_INVOCATION_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,63}$")
+MAX_WAIT = 300
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    tool: str
+    arguments: Mapping[str, Any]
+    invocation_id: str | None = None
+    session_id: str | None = None
+    run_id: str | None = None
+    origin: str = "owner"
+    shadow: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class View:
+    """The invocation view of Appendix A."""
+
+    id: str
+    tool: str
+    status: Status
+    created_at: datetime
+    resolved_at: datetime | None = None
+    reason: str | None = None
+    text: str | None = None
+    message: str | None = None
+    late_report: bool = False
+
+    def as_dict(self) -> dict[str, Any]:
+        result = None
+        if self.text is not None:
+            result = {"text": self.text, "message": self.message, "trust": TRUST}
+        return {
+            "id": self.id,
+            "tool": self.tool,
+            "status": self.status.value,
+            "result": result,
+            "reason": self.reason,
+            "created_at": self.created_at.isoformat(),
+            "resolved_at": self.resolved_at.isoformat() if self.resolved_at else None,
+        }
+
+
+def view(invocation: Invocation) -> View:
+    text = None
+    if invocation.status in (Status.DONE, Status.DECLINED, Status.FAILED, Status.EXPIRED):
+        text = _text(invocation)
+    return View(
+        invocation.invocation_id,
+        invocation.tool,
+        invocation.status,
+        invocation.created_at,
+        invocation.resolved_at,
+        text=text,
+        message=invocation.message,
+        late_report=invocation.late_status is not None,
+    )
+
+
+def _text(invocation: Invocation) -> str:
+    if invocation.capability == PHONE_ACTIONS:
+        action = str(invocation.arguments.get("action", ""))
+        if invocation.status is Status.EXPIRED:
+            return phone_action.no_answer_text(action)
+        return phone_action.result_text(invocation.status.value, invocation.message, action)
+    return result_text(invocation.capability, invocation.status, invocation.message)
+
+
+class _Refusal(Exception):
+    def __init__(
+        self, status: Status, reason: str, device: Device | None = None, capability: str = ""
+    ) -> None:
+        super().__init__(reason)
+        self.status = status
+        self.reason = reason
+        self.device = device
+        self.capability = capability
+
+
+def _deny(reason: str, device: Device | None = None, capability: str = "") -> _Refusal:
+    return _Refusal(Status.REFUSED, f"[deny] {reason}", device, capability)
+
+
+def _policy(reason: str, device: Device | None = None, capability: str = "") -> _Refusal:
+    return _Refusal(Status.REFUSED, f"[policy] {reason}", device, capability)
+
+
+async def invoke(ctx: Context, caller: Principal, call: Call, wait: float = 0) -> View:
+    """Run the check chain and deliver, or refuse. Raises InvalidInput (bad call shape), Conflict
+    (an invocation id reused with other arguments), Forbidden (not an agent with ``tools``)."""
+    caller.require(TokenKind.AGENT, scope=Scope.TOOLS)
+    arguments = copy.deepcopy(dict(call.arguments))  # nothing changed afterwards reaches anyone
+    if call.invocation_id is not None and not _INVOCATION_ID.fullmatch(call.invocation_id):
+        raise InvalidInput(
+            "invocation_id", "invocation_id must be 1-64 letters, digits, '.', '_', ':' or '-'."
+        )
+    if call.origin not in ("owner", "untrusted"):
+        raise InvalidInput("origin", "origin must be owner or untrusted.")
+    invocation_id = call.invocation_id or new_id("inv")
+    digest = arguments_sha256(call.tool, arguments)
+    now = ctx.clock.now()
+    assert caller.user_id is not None
+    async with ctx.store.unit_of_work(caller.tenant_id) as uow:
+        existing = await uow.invocations.get(invocation_id) if call.invocation_id else None
+        if existing is not None:
+            if existing.user_id != caller.user_id or existing.arguments_sha256 != digest:
+                raise Conflict(f"invocation_id {invocation_id!r} was used for another call; use a new id.")
+            delivered = existing
+        else:
+            try:
+                delivered = await _chain(ctx, uow, caller, call, arguments, invocation_id, digest, now)
+            except _Refusal as refusal:
+                await _journal_refusal(uow, caller, call, invocation_id, refusal, now)
+                return View(invocation_id, call.tool, refusal.status, now, now, reason=refusal.reason)
+    return await result(ctx, caller, delivered.invocation_id, wait) if wait > 0 else view(delivered)
+
+
+async def _chain(
+    ctx: Context,
+    uow: UnitOfWork,
+    caller: Principal,
+    call: Call,
+    arguments: dict[str, Any],
+    invocation_id: str,
+    digest: str,
+    now: datetime,
+) -> Invocation:
+    assert caller.user_id is not None
+    # 1. The device channel is on.
+    if not ctx.device_channel:
+        raise _deny("the device channel is off on this gateway")
+    # 2. A real device of this user, and a capability it declares.
+    session = await uow.sessions.get(caller.user_id, call.session_id) if call.session_id else None
+    if session is not None and session.agent_id != caller.agent_id:
+        session = None
+    device, capability = await _resolve(uow, caller.user_id, call.tool, session)
+    # 3. The person granted it; no rule can lift this.
+    declared = device.declared(capability.name)
+    if declared is None or not declared.granted:
+        raise _deny(
+            f"the person has not granted {capability.name} on {device.device_id}", device, capability.name
+        )
+    # 4. Available: phone_action needs an attended session whose latest message came from this phone.
+    if capability.name == PHONE_ACTIONS and not _phone_available(session, device):
+        raise _Refusal(
+            Status.UNAVAILABLE, f"[deny] {phone_action.unavailable_text()}", device, capability.name
+        )
+    # 5. Policy.
+    origin = "untrusted" if session is not None and session.kind is SessionKind.TRIAGE else call.origin
+    decision = decide(
+        ctx.policies,
+        PolicyRequest(
+            tool=call.tool,
+            device_id=device.device_id,
+            capability=PHONE_ACTION if capability.name == PHONE_ACTIONS else capability.name,
+            capability_kind=capability.kind.value,
+            agent_id=caller.agent_id or "",
+            session_id=call.session_id or "",
+            session_kind=session.kind.value if session else "",
+            origin=origin,
+            shadow=call.shadow,
+        ),
+    )
+    if decision.verdict is Verdict.BLOCK:
+        raise _policy(decision.reason, device, capability.name)
+    # 6. Input: the capability's params, then its own checks.
+    payload = _checked_input(capability, arguments, device)
+    # 7. Hardline scan on every outbound text, before any row exists.
+    try:
+        check_outbound(strings_in(payload))
+    except SecretRefused as e:
+        raise _Refusal(Status.REFUSED, e.message, device, capability.name) from None
+    # 8. Ask: the person decides on the device (approvals land with their own issue).
+    if decision.verdict is Verdict.ASK or capability.confirm:
+        raise _policy(
+            "this call needs the person's approval on their device, and this gateway cannot ask for it yet",
+            device,
+            capability.name,
+        )
+    # 10. Deliver: the pending row, its journal entry and its wake-up, in one transaction.
+    invocation = Invocation(
+        tenant_id=caller.tenant_id,
+        invocation_id=invocation_id,
+        user_id=caller.user_id,
+        agent_id=caller.agent_id or "",
+        device_uid=device.device_uid,
+        device_id=device.device_id,
+        tool=call.tool,
+        capability=capability.name,
+        arguments=payload,
+        arguments_sha256=digest,
+        status=Status.PENDING,
+        created_at=now,
+        expires_at=now + _timeout(ctx, capability, device, now),
+        session_id=call.session_id,
+        run_id=call.run_id,
+        origin=origin,
+    )
+    await uow.invocations.add(invocation)
+    if device.push is not None:
+        # A hint for a sleeping device; a live link gets the first moments to take the call itself.
+        live = device.link_until is not None and device.link_until > now
+        await uow.outbox.add(
+            OutboxItem(
+                tenant_id=caller.tenant_id,
+                delivery_id=new_id("push"),
+                device_uid=device.device_uid,
+                event="invocation.pending",
+                subject_id=invocation_id,
+                not_before=now + timedelta(seconds=ctx.limits.live_ack_seconds if live else 0),
+                created_at=now,
+            )
+        )
+    await uow.journal.append(
+        AuditRecord(
+            "invocation.created",
+            caller.actor,
+            "pending",
+            subject=invocation_id,
+            data=_audit_data(call, device.device_id, capability.name, decision.rule),
+        ),
+        now,
+    )
+    uow.notify(device_key(caller.tenant_id, device.device_uid))
+    return invocation
+
+
+async def _resolve(
+    uow: UnitOfWork, user_id: str, tool: str, session: Session | None
+) -> tuple[Device, Capability]:
+    if tool == PHONE_ACTION:
+        device = (
+            await uow.devices.by_uid(session.phone_device_uid)
+            if session and session.phone_device_uid
+            else None
+        )
+        if (
+            device is None
+            or device.status is not DeviceStatus.ACTIVE
+            or device.declared(PHONE_ACTIONS) is None
+        ):
+            raise _deny("unknown tool")
+        declared = device.declared(PHONE_ACTIONS)
+        assert declared is not None
+        return device, declared.capability
+    try:
+        name = ToolName.parse(tool)
+    except InvalidInput:
+        raise _deny("unknown tool") from None
+    device = await uow.devices.get(user_id, name.device_id)
+    declared = device.declared(name.capability) if device else None
+    if device is None or device.status is not DeviceStatus.ACTIVE or declared is None:
+        raise _deny("unknown tool")
+    if name.capability == PHONE_ACTIONS:  # the session tool is never a device__ tool
+        raise _deny("unknown tool")
+    return device, declared.capability
+
+
+def _phone_available(session: Session | None, device: Device) -> bool:
+    if session is None:
+        return False
+    return session.latest_device_uid == device.device_uid and phone_action.is_available(
+        session.attended, session.latest_capabilities, session.kind.value
+    )
+
+
+def _checked_input(capability: Capability, arguments: dict[str, Any], device: Device) -> dict[str, Any]:
+    try:
+        for field, text in strings_in(arguments):
+            check_string(field, text)
+        if capability.name == PHONE_ACTIONS:
+            return phone_action.validate(arguments).payload()
+        return check_arguments(capability, arguments)
+    except phone_action.PhoneActionRefused as e:
+        raise _deny(e.text, device, capability.name) from None
+    except InvalidInput as e:
+        raise _deny(e.message, device, capability.name) from None
+
+
+def _timeout(ctx: Context, capability: Capability, device: Device, now: datetime) -> timedelta:
+    if capability.name == PHONE_ACTIONS:
+        return timedelta(seconds=phone_action.catalogue().wait_seconds)
+    person_acts = capability.name == SMS_SEND or capability.confirm
+    if not person_acts and device.link_until is not None and device.link_until > now:
+        return timedelta(seconds=ctx.limits.device_call_timeout_seconds)
+    return timedelta(seconds=ctx.limits.invocation_timeout_seconds)
+
+
+def _audit_data(call: Call, device_id: str, capability: str, rule: str = "") -> dict[str, str | bool | None]:
+    return {
+        "tool": call.tool,
+        "device_id": device_id,
+        "capability": capability,
+        "session_id": call.session_id,
+        "origin": call.origin,
+        "shadow": call.shadow,
+        "rule": rule or None,
+    }
+
+
+async def _journal_refusal(
+    uow: UnitOfWork, caller: Principal, call: Call, invocation_id: str, refusal: _Refusal, now: datetime
+) -> None:
+    device_id = refusal.device.device_id if refusal.device else ""
+    await uow.journal.append(
+        AuditRecord(
+            "invocation.refused" if refusal.status is Status.REFUSED else "invocation.unavailable",
+            caller.actor,
+            refusal.status.value,
+            subject=invocation_id,
+            reason=refusal.reason,
+            data=_audit_data(call, device_id, refusal.capability),
+        ),
+        now,
+    )
+
+
+async def result(ctx: Context, caller: Principal, invocation_id: str, wait: float = 0) -> View:
+    """The invocation's view, waiting up to ``wait`` seconds for its answer. Raises NotFound."""
+    caller.require(TokenKind.AGENT, scope=Scope.TOOLS)
+    wait = max(0.0, min(float(wait), MAX_WAIT))
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + wait
+    with ctx.wake.subscribe(invocation_key(caller.tenant_id, invocation_id)) as answered:
+        while True:
+            answered.clear()
+            invocation = await _read(ctx, caller, invocation_id)
+            if not invocation.status.open:
+                return view(invocation)
+            now = ctx.clock.now()
+            if invocation.due(now):
+                return view(await expire(ctx, invocation, now))
+            left = deadline - loop.time()
+            if left <= 0:
+                return view(invocation)
+            until_due = (invocation.expires_at - now).total_seconds()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(answered.wait(), timeout=max(0.0, min(left, until_due)) + 0.001)
+
+
+async def _read(ctx: Context, caller: Principal, invocation_id: str) -> Invocation:
+    async with ctx.store.unit_of_work(caller.tenant_id) as uow:
+        invocation = await uow.invocations.get(invocation_id)
+    if invocation is None or invocation.user_id != caller.user_id:
+        raise NotFound(f"There is no invocation {invocation_id!r}.")
+    return invocation
+
+
+async def expire(ctx: Context, invocation: Invocation, now: datetime) -> Invocation:
+    """Resolve an overdue invocation ``expired`` (tool.device_offline), unless an answer won first."""
+    async with ctx.store.unit_of_work(invocation.tenant_id) as uow:
+        expired = invocation.expired(now)
+        if await uow.invocations.resolve(expired):
+            await announce(uow, expired, "invocation.expired", "system:expiry", now)
+            return expired
+        current = await uow.invocations.get(invocation.invocation_id)
+    assert current is not None
+    return current
+
+
+async def announce(uow: UnitOfWork, invocation: Invocation, action: str, actor: str, now: datetime) -> None:
+    """Journal, emit and wake for an invocation that just reached its end."""
+    await uow.journal.append(
+        AuditRecord(
+            action,
+            actor,
+            invocation.status.value,
+            subject=invocation.invocation_id,
+            data={
+                "tool": invocation.tool,
+                "device_id": invocation.device_id,
+                "capability": invocation.capability,
+            },
+        ),
+        now,
+    )
+    await uow.events.append(
+        invocation.user_id,
+        INVOCATION_RESOLVED,
+        {
+            "invocation_id": invocation.invocation_id,
+            "tool": invocation.tool,
+            "status": invocation.status.value,
+        },
+        now,
+    )
+    uow.notify(invocation_key(invocation.tenant_id, invocation.invocation_id))
+    uow.notify(events_key(invocation.tenant_id, invocation.user_id))
+
+
+async def fail_open(uow: UnitOfWork, device_uid: str, actor: str, now: datetime) -> None:
+    """A revoked device's open invocations resolve ``failed`` at once, and its links are woken."""
+    for invocation in await uow.invocations.open_for(device_uid):
+        failed = invocation.answered(Status.FAILED, "the device was removed", now)
+        if await uow.invocations.resolve(failed):
+            await announce(uow, failed, "invocation.failed", actor, now)
+    uow.notify(device_key(uow.tenant_id, device_uid))
