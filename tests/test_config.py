@@ -71,7 +71,7 @@ def test_the_environment_wins_over_the_file(tmp_path: Path, monkeypatch: pytest.
     ("text", "key", "why"),
     [
         ("ingest_daily_cap = 'lots'\n", "ingest_daily_cap", "valid integer"),
-        ("invocation_timeout_seconds = 1\n", "invocation_timeout_seconds", "greater than or equal to 5"),
+        ("invocation_timeout_seconds = 0\n", "invocation_timeout_seconds", "greater than or equal to 1"),
         ("log_level = 'loud'\n", "log_level", "'debug', 'info', 'warning' or 'error'"),
         ("ingest_daily_kap = 5\n", "ingest_daily_kap", "not a tapgate setting"),
         ("[webpush]\nsubjct = 'x'\n", "webpush.subjct", "not a tapgate setting"),

@@ -41,7 +41,7 @@ class Settings(BaseSettings):
     device_sms_enabled: bool = False
     public_url: str = "http://127.0.0.1:8080"
     policies_file: str = ""
-    invocation_timeout_seconds: int = Field(300, ge=5, le=86_400)
+    invocation_timeout_seconds: int = Field(300, ge=1, le=86_400)
     device_call_timeout_seconds: int = Field(10, ge=1, le=600)
     ingest_daily_cap: int = Field(500, ge=0, le=1_000_000)
     approval_sign_ttl_seconds: int = Field(3600, ge=30, le=86_400)

@@ -89,7 +89,8 @@ async def answer(
         else:
             answered = invocation.answered(status, message, now)
             if not await uow.invocations.resolve(answered):
-                raise AlreadyAnswered(invocation)
+                current = await uow.invocations.get(invocation_id)  # the answer that won the race
+                raise AlreadyAnswered(current or invocation)
             await announce(uow, answered, "invocation.answered", caller.principal.actor, now)
     if late:
         raise Gone("This invocation expired before the answer came; it is kept as a late report.")

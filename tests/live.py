@@ -1,0 +1,134 @@
+"""Real gateways for end-to-end tests: `tapgate serve` in a subprocess on a free loopback port."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+READY_SECONDS = 30.0
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def tapgate(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "tapgate", *args],
+        capture_output=True,
+        text=True,
+        timeout=90,
+        check=False,
+        env=env,
+    )
+
+
+@dataclass
+class Server:
+    """One `tapgate serve` process; it can be killed (SIGKILL) and started again on the same port."""
+
+    config: Path
+    port: int = field(default_factory=free_port)
+    process: subprocess.Popen[str] | None = None
+    log: Path | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> Server:
+        self.log = self.config.parent / f"serve-{self.port}-{secrets.token_hex(2)}.log"
+        with self.log.open("w") as out:
+            self.process = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "tapgate",
+                    "serve",
+                    "--config",
+                    str(self.config),
+                    "--port",
+                    str(self.port),
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=out,
+                text=True,
+                env=os.environ | {"PYTHONUNBUFFERED": "1"},
+            )
+        deadline = time.monotonic() + READY_SECONDS
+        with httpx.Client(base_url=self.url, timeout=2) as client:
+            while True:
+                if self.process.poll() is not None:
+                    raise RuntimeError(f"tapgate serve exited: {self.log.read_text()[-2000:]}")
+                with contextlib.suppress(httpx.TransportError):
+                    if client.get("/readyz").status_code == 200:
+                        return self
+                if time.monotonic() > deadline:
+                    raise RuntimeError("tapgate serve did not become ready")
+                time.sleep(0.05)
+
+    def kill(self) -> None:
+        """SIGKILL: no shutdown, no flush, as a crash."""
+        if self.process is not None:
+            self.process.send_signal(signal.SIGKILL)
+            self.process.wait(timeout=10)
+            self.process = None
+
+    def stop(self) -> None:
+        if self.process is not None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+            self.process = None
+
+    def logs(self) -> str:
+        return self.log.read_text() if self.log and self.log.exists() else ""
+
+
+def _toml(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    return str(value)
+
+
+def write_config(folder: Path, database_url: str, **settings: object) -> Path:
+    """A tapgate.toml with both device flags on and ``settings`` added."""
+    values: dict[str, object] = {
+        "database_url": database_url,
+        "device_channel_enabled": True,
+        "device_sms_enabled": True,
+        **settings,
+    }
+    path = folder / "tapgate.toml"
+    path.write_text("".join(f"{key} = {_toml(value)}\n" for key, value in values.items()))
+    return path
+
+
+async def new_tenant(database_url: str) -> str:
+    """A fresh tenant, made beside the running server; its operator token."""
+    from tapgate.adapters.clock import SystemClock
+    from tapgate.adapters.store.sql import open_sql_store
+    from tapgate.services.accounts import create_tenant
+
+    store = open_sql_store(database_url)
+    try:
+        return (await create_tenant(store, SystemClock(), f"t-{secrets.token_hex(4)}")).token
+    finally:
+        await store.close()
