@@ -6,7 +6,6 @@ import asyncio
 import json
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
-from pathlib import Path
 
 import httpx
 import pytest
