@@ -169,7 +169,13 @@ def serve(
     from tapgate.adapters.store.migrate import pending_migrations
     from tapgate.adapters.store.urls import is_postgres
 
+    from tapgate.bootstrap import load_policies
+
     settings = _settings(config)
+    try:
+        load_policies(settings)
+    except ConfigurationError as e:
+        raise fail(str(e)) from None
     if workers > 1 and not is_postgres(settings.database_url):
         raise fail("More than one worker needs PostgreSQL; SQLite serves one process. Use --workers 1.")
     try:

@@ -98,8 +98,16 @@ class SqlStore:
         await self.engine.dispose()
 
 
+def _quiet_drivers() -> None:
+    # aiosqlite logs every statement with its parameters at DEBUG, and the parameters hold message
+    # text: those records must never be emitted, whatever level the operator picks.
+    for name in ("aiosqlite", "sqlalchemy.engine", "sqlalchemy.pool"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+
+
 def open_sql_store(database_url: str, pool_size: int = 10, wake: LocalWake | None = None) -> SqlStore:
     """An engine for ``database_url`` with tapgate's connection settings."""
+    _quiet_drivers()
     url = engine_url(database_url)
     if url.get_backend_name() == "sqlite":
         engine = create_async_engine(url, connect_args={"timeout": 30})
