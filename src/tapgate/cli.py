@@ -168,7 +168,6 @@ def serve(
 
     from tapgate.adapters.store.migrate import pending_migrations
     from tapgate.adapters.store.urls import is_postgres
-
     from tapgate.bootstrap import load_policies
 
     settings = _settings(config)
