@@ -317,3 +317,41 @@ def test_a_policy_file_that_does_not_parse_stops_the_server_with_its_line(tmp_pa
     assert run.returncode == 1
     assert "policies.yaml line 4" in run.stderr
     assert "Traceback" not in run.stderr
+
+
+@pytest.mark.parametrize("backend", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+async def test_two_results_for_one_invocation_record_exactly_one(
+    backend: str, request: pytest.FixtureRequest, clock: FrozenClock
+) -> None:
+    url = (
+        request.getfixturevalue("sqlite_url")
+        if backend == "sqlite"
+        else request.getfixturevalue("postgres").app_url
+    )
+    settings = Settings(database_url=url, device_channel_enabled=True, device_sms_enabled=True)
+    async for client in asgi_client(settings, clock):
+        world = await World(client, tenant=f"race-{backend}-{id(client) % 10000}").start()
+        await world.person("ana")
+        agent = bearer(await world.agent("ana"))
+        lamp = bearer(await world.enrol("ana", device_body("desk-lamp", [LAMP], grants=["set_light"])))
+        for _ in range(30):
+            r = await client.post(
+                "/v1/invocations",
+                json={"tool": "device__desk_lamp__set_light", "arguments": {"on": True}},
+                headers=agent,
+            )
+            call_id = r.json()["id"]
+            first, second = await asyncio.gather(
+                client.post(
+                    f"/v1/device/invocations/{call_id}/result", json={"status": "done"}, headers=lamp
+                ),
+                client.post(
+                    f"/v1/device/invocations/{call_id}/result", json={"status": "failed"}, headers=lamp
+                ),
+            )
+            assert sorted((first.status_code, second.status_code)) == [200, 409]
+            winner = first if first.status_code == 200 else second
+            view = (await client.get(f"/v1/invocations/{call_id}", headers=agent)).json()
+            assert view["status"] == winner.json()["status"]
+        entries = (await client.get("/v1/audit?limit=1000", headers=bearer(world.operator))).json()["entries"]
+        assert sum(e["action"] == "invocation.answered" for e in entries) == 30

@@ -170,3 +170,40 @@ async def test_two_gateways_on_one_postgresql_wake_each_others_waiters_at_once(
             call = await _invoke(on_b, agent)
             frame = json.loads(await asyncio.wait_for(link.recv(), timeout=5))
             assert frame["callId"] == call["id"]
+
+
+@pytest.mark.postgres
+async def test_a_gateway_whose_listener_drops_still_wakes_its_waiters(
+    postgres: PostgresDatabase, tmp_path: Path
+) -> None:
+    import asyncpg
+
+    from tests.conftest import ADMIN_URL
+
+    config = write_config(tmp_path, postgres.app_url, invocation_poll_seconds=0.5)
+    a, b = Server(config).start(), Server(config)
+    try:
+        b.start()
+        operator = await new_tenant(postgres.app_url)
+        async with (
+            httpx.AsyncClient(base_url=a.url, timeout=30) as on_a,
+            httpx.AsyncClient(base_url=b.url, timeout=30) as on_b,
+        ):
+            agent, lamp = await _setup(on_a, operator)
+            admin = await asyncpg.connect(ADMIN_URL.rsplit("/", 1)[0] + "/" + postgres.name)
+            try:
+                killed = await admin.fetch(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                    "WHERE datname = $1 AND query LIKE 'LISTEN%'",
+                    postgres.name,
+                )
+            finally:
+                await admin.close()
+            assert killed  # every gateway's listening connection was cut
+            polling = asyncio.create_task(on_b.get("/v1/device/invocations?wait=20", headers=bearer(lamp)))
+            call = await _invoke(on_a, agent)
+            fetched = (await asyncio.wait_for(polling, timeout=10)).json()["invocations"]
+            assert [f["id"] for f in fetched] == [call["id"]]
+    finally:
+        a.stop()
+        b.stop()

@@ -190,6 +190,8 @@ class Wake(Protocol):
     """Waiters and the notifications that wake them. A waiter subscribes before it reads the state it
     waits on, so a notification between the read and the wait is never lost."""
 
+    degraded: bool  # notifications may be missed just now: waiters also re-read on an interval
+
     def subscribe(self, key: str) -> AbstractContextManager[asyncio.Event]: ...
 
     def notify(self, key: str) -> None: ...

@@ -12,7 +12,7 @@ from tapgate.domain.errors import Conflict, Gone, NotFound
 from tapgate.domain.events import INVOCATION_LATE_REPORT
 from tapgate.domain.invocations import Invocation, Status, cut_message, device_status
 from tapgate.ports import UnitOfWork
-from tapgate.services.context import Context, device_key, events_key
+from tapgate.services.context import Context, device_key, events_key, wait_slice
 from tapgate.services.devices import DeviceCaller
 from tapgate.services.invoking import announce
 
@@ -48,7 +48,7 @@ async def pending(ctx: Context, caller: DeviceCaller, wait: float = 0) -> Sequen
             if found or left <= 0:
                 return found
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(woken.wait(), timeout=left)
+                await asyncio.wait_for(woken.wait(), timeout=wait_slice(ctx, left))
 
 
 async def take_pending(ctx: Context, caller: DeviceCaller) -> list[Invocation]:

@@ -44,3 +44,11 @@ def invocation_key(tenant_id: str, invocation_id: str) -> str:
 def events_key(tenant_id: str, user_id: str) -> str:
     """Notified when the user has a new event."""
     return f"{tenant_id}:events:{user_id}"
+
+
+def wait_slice(ctx: Context, left: float) -> float:
+    """How long one wait may sleep: all that is left, or the poll interval while notifications may be
+    missed."""
+    if ctx.wake.degraded:
+        return max(0.0, min(left, ctx.limits.invocation_poll_seconds))
+    return max(0.0, left)

@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 
 from tapgate.domain.events import Event
 from tapgate.domain.principals import Principal, Scope, TokenKind
-from tapgate.services.context import Context, events_key
+from tapgate.services.context import Context, events_key, wait_slice
 
 PAGE = 100
 
@@ -30,9 +30,10 @@ async def stream(
             if len(page) == PAGE:
                 continue
             try:
-                await asyncio.wait_for(woken.wait(), timeout=idle)
+                await asyncio.wait_for(woken.wait(), timeout=wait_slice(ctx, idle))
             except TimeoutError:
-                yield None
+                if not ctx.wake.degraded:
+                    yield None
 
 
 async def read(ctx: Context, caller: Principal, after: int, limit: int = PAGE) -> list[Event]:

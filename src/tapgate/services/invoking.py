@@ -39,7 +39,7 @@ from tapgate.domain.secret_scan import SecretRefused, check_outbound
 from tapgate.domain.sessions import Session, SessionKind
 from tapgate.domain.tools import PHONE_ACTION, ToolName
 from tapgate.ports import UnitOfWork
-from tapgate.services.context import Context, device_key, events_key, invocation_key
+from tapgate.services.context import Context, device_key, events_key, invocation_key, wait_slice
 
 _INVOCATION_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,63}$")
 MAX_WAIT = 300
@@ -379,7 +379,7 @@ async def result(ctx: Context, caller: Principal, invocation_id: str, wait: floa
                 return view(invocation)
             until_due = (invocation.expires_at - now).total_seconds()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(answered.wait(), timeout=max(0.0, min(left, until_due)) + 0.001)
+                await asyncio.wait_for(answered.wait(), timeout=wait_slice(ctx, min(left, until_due)) + 0.001)
 
 
 async def _read(ctx: Context, caller: Principal, invocation_id: str) -> Invocation:

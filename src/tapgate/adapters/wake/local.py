@@ -11,6 +11,9 @@ from collections.abc import Iterator
 class LocalWake:
     def __init__(self) -> None:
         self._waiters: defaultdict[str, set[asyncio.Event]] = defaultdict(set)
+        # True while notifications from other processes may be missed (the listener is reconnecting):
+        # waiters then also re-read every invocation_poll_seconds.
+        self.degraded = False
 
     @contextlib.contextmanager
     def subscribe(self, key: str) -> Iterator[asyncio.Event]:

@@ -49,6 +49,7 @@ class PostgresListener:
             try:
                 conn = await asyncpg.connect(self._dsn, timeout=10)
             except (OSError, asyncpg.PostgresError) as e:
+                self._wake.degraded = True
                 log.warning("listen connection failed", extra={"error": type(e).__name__, "retry_in": delay})
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 5.0)
@@ -58,10 +59,12 @@ class PostgresListener:
                 await conn.add_listener(CHANNEL, self._on_notify)
                 delay = 0.1
                 self.connected.set()
+                self._wake.degraded = False
                 self._wake.notify_all()  # whatever happened while we were not listening
                 await lost.wait()
                 log.warning("listen connection lost; reconnecting")
             finally:
                 self.connected.clear()
+                self._wake.degraded = True
                 with contextlib.suppress(Exception):
                     await conn.close(timeout=1)

@@ -20,7 +20,7 @@ from tapgate.api.views import device_invocation
 from tapgate.domain.errors import TapgateError
 from tapgate.domain.frames import REVOKED_FRAME, DeviceAuth, DeviceEvent, DeviceResult, parse_frame
 from tapgate.gateway import Gateway
-from tapgate.services.context import device_key
+from tapgate.services.context import device_key, wait_slice
 from tapgate.services.devices import DeviceCaller
 
 router = APIRouter()
@@ -139,7 +139,9 @@ class DeviceLink:
                         await self.ws.send_text(json.dumps(frame))
                 sent = {i.invocation_id for i in pending}
                 try:
-                    await asyncio.wait_for(woken.wait(), timeout=REFRESH_SECONDS)
+                    await asyncio.wait_for(
+                        woken.wait(), timeout=wait_slice(self.gateway.ctx, REFRESH_SECONDS)
+                    )
                 except TimeoutError:
                     await self.gateway.hold_link(self.caller, LINK_SECONDS)
 
