@@ -38,3 +38,6 @@ def configure_logging(level: str = "info") -> None:
     root.setLevel(level.upper())
     for noisy in ("uvicorn.access",):
         logging.getLogger(noisy).disabled = True
+    # httpx logs each request's full URL at INFO: a push service's URL carries the device's push address.
+    for chatty in ("httpx", "httpcore", "aiosqlite", "sqlalchemy.engine", "hpack"):
+        logging.getLogger(chatty).setLevel(logging.WARNING)
