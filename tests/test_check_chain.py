@@ -94,7 +94,6 @@ async def _chat(world: World, session_id: str = "chat-1", attended: bool = True,
             {"to": "+15551234567", "body": "the key is AKIAIOSFODNN7EXAMPLE ok"},
             "[deny] the text of 'body' looks like a secret",
         ),
-        ("device__desk_lamp__unlock_door", {"on": True}, "[policy] this call needs the person's approval"),
     ],
 )
 async def test_each_check_refuses_with_its_reason_and_writes_no_row(
@@ -133,8 +132,9 @@ async def test_an_untrusted_turn_cannot_get_a_plain_allow_for_an_actuator_or_a_m
         world, "device__ana_phone__sms_send", {"to": "+15551234567", "body": "hi"}, origin="untrusted"
     )
     for view in (lamp, sms):
-        assert view["status"] == "refused"
-        assert "approval" in str(view["reason"])
+        assert view["status"] == "awaiting_approval"  # raised to an ask: the person must sign
+    door = await _invoke(world, "device__desk_lamp__unlock_door", {"on": True})
+    assert door["status"] == "awaiting_approval"  # confirm: true asks on every call
     owner_sms = await _invoke(world, "device__ana_phone__sms_send", {"to": "+15551234567", "body": "hi"})
     assert owner_sms["status"] == "pending"  # the compose sheet's tap is the person's confirmation
 

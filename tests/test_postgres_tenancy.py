@@ -21,8 +21,10 @@ from tapgate.adapters.clock import FrozenClock
 from tapgate.adapters.store.sql import open_sql_store
 from tapgate.adapters.store.tables import APPEND_ONLY_TABLES, TENANT_TABLES, metadata
 from tapgate.adapters.wake.local import LocalWake
+from tapgate.domain.approvals import Decision
 from tapgate.domain.principals import TokenKind
-from tapgate.services import accounts, answering, devices, invoking, pairings, sessions
+from tapgate.services import accounts, answering, approving, devices, invoking, pairings, sessions
+from tapgate.services.approving import DecisionBody
 from tapgate.services.context import Context
 from tapgate.services.invoking import Call
 from tests.conftest import PostgresDatabase, blocking, tenant_name
@@ -63,7 +65,13 @@ async def _seed(url: str) -> TwoTenants:
 async def _seed_devices(store: Any, clock: FrozenClock, operator: Any, user: str, agent_token: str) -> None:
     """A device with capabilities, a claimed pairing, a session with a message: a row in every table."""
     phone = {"name": "phone_actions", "kind": "actuator"}
-    lamp = device_body("desk-lamp", [LAMP, phone], grants=["set_light"], push={"kind": "fcm", "token": "T"})
+    door = LAMP | {"name": "unlock_door", "confirm": True}
+    lamp = device_body(
+        "desk-lamp",
+        [LAMP, phone, door],
+        grants=["set_light", "unlock_door"],
+        push={"kind": "fcm", "token": "T"},
+    )
     enrolled = await devices.enrol(store, clock, operator, user, lamp, 10)
     pairing = await pairings.start(store, clock, operator, user)
     assert pairing.code is not None
@@ -77,6 +85,12 @@ async def _seed_devices(store: Any, clock: FrozenClock, operator: Any, user: str
     principal = await accounts.authenticate(store, enrolled.token)
     device = await devices.authenticate_device(store, clock, principal)
     await answering.answer(ctx, device, called.id, "done", None)
+    asked = await invoking.invoke(ctx, agent, Call("device__desk_lamp__unlock_door", {"on": True}))
+    assert asked.status.value == "awaiting_approval"
+    async with store.unit_of_work(operator.tenant_id) as uow:
+        [approval] = await uow.approvals.pending_for(user)
+    denied = DecisionBody(Decision.DENIED, not_me=True)
+    await approving.decide(ctx, operator, approval.approval_id, denied)
 
 
 @pytest.fixture(scope="module")

@@ -9,6 +9,7 @@ from tapgate.domain.accounts import User
 from tapgate.domain.audit import AuditEntry
 from tapgate.domain.devices import Device
 from tapgate.domain.events import Event
+from tapgate.domain.inbox import Approval
 from tapgate.domain.invocations import Invocation
 from tapgate.domain.pairing import Pairing
 from tapgate.domain.policy import PolicySet
@@ -19,6 +20,7 @@ from tapgate.ports import Clock, Store, Wake
 from tapgate.services import (
     accounts,
     answering,
+    approving,
     devices,
     events,
     invoking,
@@ -28,6 +30,7 @@ from tapgate.services import (
     tools,
 )
 from tapgate.services.answering import Answered
+from tapgate.services.approving import DecisionBody
 from tapgate.services.context import Context, Limits
 from tapgate.services.devices import DeviceCaller, NewDevice
 from tapgate.services.expiry import Sweeper, sweep
@@ -246,3 +249,18 @@ class Gateway:
     async def hold_link(self, caller: DeviceCaller, seconds: float | None) -> None:
         """Mark the device's live link held for ``seconds`` more (None: the link closed)."""
         await devices.hold_link(self.store, self.clock, caller, seconds)
+
+    # approvals
+
+    async def authenticate_any(self, token: str) -> Principal:
+        """A caller of any kind; a device token's device is revalidated (and marked present)."""
+        principal = await self.authenticate(token)
+        if principal.kind is TokenKind.DEVICE:
+            return (await devices.authenticate_device(self.store, self.clock, principal)).principal
+        return principal
+
+    async def inbox(self, caller: Principal, wait: float = 0) -> Sequence[Approval]:
+        return await approving.inbox(self.ctx, caller, wait)
+
+    async def decide(self, caller: Principal, approval_id: str, body: DecisionBody) -> Approval:
+        return await approving.decide(self.ctx, caller, approval_id, body)

@@ -12,6 +12,7 @@ from tapgate.domain.accounts import Credential, Tenant, User
 from tapgate.domain.audit import AuditEntry, AuditRecord
 from tapgate.domain.devices import Declared, Device, DeviceStatus
 from tapgate.domain.events import Event, EventValue
+from tapgate.domain.inbox import Approval
 from tapgate.domain.invocations import Invocation
 from tapgate.domain.pairing import Pairing
 from tapgate.domain.push import OutboxItem, PushMessage
@@ -113,6 +114,13 @@ class Invocations(Protocol):
     async def resolve(self, invocation: Invocation) -> bool:
         """Store ``invocation``'s terminal state if the row is still open; False if another answer won."""
 
+    async def proceed(self, invocation: Invocation) -> bool:
+        """An approved call goes on: awaiting_approval → pending with its new deadline; False if it was
+        no longer waiting."""
+
+    async def count_confirming(self, user_id: str) -> int:
+        """Pending calls of the user that put a card in front of them (sms_send, phone_action)."""
+
     async def add_late_report(
         self, invocation_id: str, status: str, message: str | None, at: datetime
     ) -> bool:
@@ -126,6 +134,26 @@ class Outbox(Protocol):
     async def add(self, item: OutboxItem) -> None: ...
 
     async def for_subject(self, subject_id: str) -> Sequence[OutboxItem]: ...
+
+
+class Approvals(Protocol):
+    async def add(self, approval: Approval) -> None: ...
+
+    async def get(self, approval_id: str) -> Approval | None: ...
+
+    async def pending_for(self, user_id: str) -> Sequence[Approval]:
+        """The user's undecided approvals, oldest first."""
+
+    async def count_pending(self, user_id: str) -> int: ...
+
+    async def decide(self, approval: Approval) -> bool:
+        """Store ``approval``'s decision if it is still pending; False if another decision won."""
+
+
+class Pauses(Protocol):
+    async def pause(self, user_id: str, agent_id: str, until: datetime) -> None: ...
+
+    async def paused_until(self, user_id: str, agent_id: str) -> datetime | None: ...
 
 
 class Events(Protocol):
@@ -168,6 +196,10 @@ class UnitOfWork(Protocol):
     def events(self) -> Events: ...
     @property
     def outbox(self) -> Outbox: ...
+    @property
+    def approvals(self) -> Approvals: ...
+    @property
+    def pauses(self) -> Pauses: ...
 
     def notify(self, key: str) -> None:
         """Wake every waiter on ``key`` once this unit of work commits (in every process)."""

@@ -14,6 +14,7 @@ from tapgate.api.middleware import BodyLimit, Observe
 from tapgate.api.routes import (
     accounts,
     agents,
+    approvals,
     audit,
     device,
     devices,
@@ -59,6 +60,7 @@ def create_app(gateway: Gateway, max_body_bytes: int = 65_536) -> FastAPI:
         app.include_router(pairings.router)
         app.include_router(device.router)
         app.include_router(link.router)
+        app.include_router(approvals.router)
     app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
     app.add_middleware(Observe, registry=app.state.metrics)
     return app

@@ -41,3 +41,14 @@ async def _device(
 
 
 DeviceDep = Annotated[DeviceCaller, Depends(_device)]
+
+
+async def _anyone(
+    request: Request, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
+) -> Principal:
+    if credentials is None:
+        raise Unauthenticated("This needs a token: send 'Authorization: Bearer <token>'.")
+    return await gateway(request).authenticate_any(credentials.credentials)
+
+
+AnyCaller = Annotated[Principal, Depends(_anyone)]

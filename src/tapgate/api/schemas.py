@@ -211,6 +211,7 @@ class ResultView(BaseModel):
 
 
 class InvocationView(BaseModel):
+    binding_code: str | None = Field(None, description="The code on the person's card, while it asks them")
     id: str
     tool: str
     status: Literal[
@@ -242,5 +243,42 @@ class ResultBody(Request):
 
 
 class ResultAccepted(BaseModel):
+    id: str
+    status: str
+
+
+class SignView(BaseModel):
+    format: str
+    challenge: str
+    expires_at: int
+    action_sha256: str
+    algorithms: list[str]
+
+
+class ApprovalView(BaseModel):
+    id: str
+    kind: str
+    subject: str
+    prompt: str
+    preview: dict[str, Any]
+    sign: SignView
+    binding_code: str
+    created_at: str
+    expires_at: str
+
+
+class Inbox(BaseModel):
+    approvals: list[ApprovalView]
+
+
+class DecisionRequest(Request):
+    decision: Literal["approved", "denied"]
+    device_id: str | None = Field(None, max_length=24)
+    signature: str | None = Field(None, max_length=200)
+    message: str | None = Field(None, max_length=500, description="The person's words to the agent")
+    not_me: bool = Field(False, description="This wasn't me: decline and pause the agent")
+
+
+class DecisionAnswer(BaseModel):
     id: str
     status: str

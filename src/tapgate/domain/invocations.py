@@ -42,6 +42,8 @@ class Status(StrEnum):
 
 
 OPEN = (Status.PENDING.value, Status.AWAITING_APPROVAL.value)
+# Capabilities whose every call puts a card in front of the person (their tap is the confirmation).
+CONFIRMED_ON_DEVICE = ("sms_send", "phone_actions")
 # What a device may answer; sent and cancelled are the compose sheet's words for done and declined.
 DEVICE_ANSWERS = {
     "done": Status.DONE,
@@ -76,6 +78,9 @@ class Invocation:
     late_status: str | None = None  # a result that came after expiry, kept as a report
     late_message: str | None = None
     late_at: datetime | None = None
+    reason: str | None = None  # why a call that waited for the person ended refused
+    binding_code: str | None = None
+    approval_id: str | None = None
 
     def answered(self, status: Status, message: str | None, now: datetime) -> Invocation:
         """The device's answer. Raises Conflict if the invocation is no longer open."""
@@ -84,6 +89,12 @@ class Invocation:
         if status not in (Status.DONE, Status.DECLINED, Status.FAILED):
             raise InvalidInput("status", "status must be done, declined or failed (or sent, cancelled).")
         return replace(self, status=status, message=cut_message(message), resolved_at=now)
+
+    def refused(self, reason: str, now: datetime) -> Invocation:
+        """A call that waited for the person and may not go on. Raises Conflict if it is not open."""
+        if not self.status.open:
+            raise Conflict(f"This invocation was answered already: {self.status.value}.")
+        return replace(self, status=Status.REFUSED, reason=reason, resolved_at=now)
 
     def expired(self, now: datetime) -> Invocation:
         if not self.status.open:

@@ -19,6 +19,7 @@ class Limits:
     require_device_signature: bool = False
     invocation_poll_seconds: float = 2.0
     live_ack_seconds: float = 1.0  # how long a live link may take a call before its push goes out
+    not_me_cooldown_seconds: int = 1200  # "this wasn't me" pauses the agent's asks for this long
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +40,11 @@ def device_key(tenant_id: str, device_uid: str) -> str:
 def invocation_key(tenant_id: str, invocation_id: str) -> str:
     """Notified when an invocation is resolved."""
     return f"{tenant_id}:invocation:{invocation_id}"
+
+
+def inbox_key(tenant_id: str, user_id: str) -> str:
+    """Notified when the user's inbox of approvals changes."""
+    return f"{tenant_id}:inbox:{user_id}"
 
 
 def events_key(tenant_id: str, user_id: str) -> str:

@@ -12,17 +12,20 @@ import contextlib
 import copy
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
 from tapgate.domain import phone_action
+from tapgate.domain.approvals import action_sha256, new_sign_block
 from tapgate.domain.audit import AuditRecord
 from tapgate.domain.devices import PHONE_ACTIONS, SMS_SEND, Capability, Device, DeviceStatus
 from tapgate.domain.errors import Conflict, InvalidInput, NotFound
-from tapgate.domain.events import INVOCATION_RESOLVED
+from tapgate.domain.events import APPROVAL_REQUESTED, INVOCATION_RESOLVED
 from tapgate.domain.ids import new_id
+from tapgate.domain.inbox import Approval, ApprovalStatus, binding_code, prompt_for, render_preview
 from tapgate.domain.invocations import (
+    CONFIRMED_ON_DEVICE,
     TRUST,
     Invocation,
     Status,
@@ -39,7 +42,7 @@ from tapgate.domain.secret_scan import SecretRefused, check_outbound
 from tapgate.domain.sessions import Session, SessionKind
 from tapgate.domain.tools import PHONE_ACTION, ToolName
 from tapgate.ports import UnitOfWork
-from tapgate.services.context import Context, device_key, events_key, invocation_key, wait_slice
+from tapgate.services.context import Context, device_key, events_key, inbox_key, invocation_key, wait_slice
 
 _INVOCATION_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,63}$")
 MAX_WAIT = 300
@@ -69,6 +72,7 @@ class View:
     text: str | None = None
     message: str | None = None
     late_report: bool = False
+    binding_code: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         result = None
@@ -82,6 +86,7 @@ class View:
             "reason": self.reason,
             "created_at": self.created_at.isoformat(),
             "resolved_at": self.resolved_at.isoformat() if self.resolved_at else None,
+            "binding_code": self.binding_code,
         }
 
 
@@ -97,7 +102,9 @@ def view(invocation: Invocation) -> View:
         invocation.resolved_at,
         text=text,
         message=invocation.message,
+        reason=invocation.reason,
         late_report=invocation.late_status is not None,
+        binding_code=invocation.binding_code,
     )
 
 
@@ -214,15 +221,54 @@ async def _chain(
         check_outbound(strings_in(payload))
     except SecretRefused as e:
         raise _Refusal(Status.REFUSED, e.message, device, capability.name) from None
-    # 8. Ask: the person decides on the device (approvals land with their own issue).
-    if decision.verdict is Verdict.ASK or capability.confirm:
-        raise _policy(
-            "this call needs the person's approval on their device, and this gateway cannot ask for it yet",
-            device,
-            capability.name,
+    # 8. Ask: the person decides on a device, with a signature; the call waits for it.
+    ask = decision.verdict is Verdict.ASK or capability.confirm
+    if ask or capability.name in CONFIRMED_ON_DEVICE:
+        await _check_fatigue(ctx, uow, caller, device, capability, now)
+    if ask:
+        approvers = [d for d in await uow.devices.list(caller.user_id) if d.status is DeviceStatus.ACTIVE]
+        if not approvers:
+            raise _policy(
+                "nobody can approve this call: the person has no active device", device, capability.name
+            )
+        waiting = _new_invocation(
+            ctx, caller, call, device, capability, payload, invocation_id, digest, now, origin
+        )
+        return await open_approval(
+            ctx, uow, caller, waiting, device, capability, approvers, decision.rule, now
         )
     # 10. Deliver: the pending row, its journal entry and its wake-up, in one transaction.
-    invocation = Invocation(
+    invocation = _new_invocation(
+        ctx, caller, call, device, capability, payload, invocation_id, digest, now, origin
+    )
+    await deliver(ctx, uow, invocation, device, now)
+    await uow.journal.append(
+        AuditRecord(
+            "invocation.created",
+            caller.actor,
+            "pending",
+            subject=invocation_id,
+            data=_audit_data(call, device.device_id, capability.name, decision.rule),
+        ),
+        now,
+    )
+    return invocation
+
+
+def _new_invocation(
+    ctx: Context,
+    caller: Principal,
+    call: Call,
+    device: Device,
+    capability: Capability,
+    payload: dict[str, Any],
+    invocation_id: str,
+    digest: str,
+    now: datetime,
+    origin: str,
+) -> Invocation:
+    assert caller.user_id is not None
+    return Invocation(
         tenant_id=caller.tenant_id,
         invocation_id=invocation_id,
         user_id=caller.user_id,
@@ -240,33 +286,29 @@ async def _chain(
         run_id=call.run_id,
         origin=origin,
     )
-    await uow.invocations.add(invocation)
+
+
+async def deliver(
+    ctx: Context, uow: UnitOfWork, invocation: Invocation, device: Device, now: datetime
+) -> None:
+    """Write (or move to) the pending row with its push, and wake the device (DESIGN §3.3 step 10)."""
+    if invocation.status is Status.PENDING and invocation.approval_id is None:
+        await uow.invocations.add(invocation)
     if device.push is not None:
         # A hint for a sleeping device; a live link gets the first moments to take the call itself.
         live = device.link_until is not None and device.link_until > now
         await uow.outbox.add(
             OutboxItem(
-                tenant_id=caller.tenant_id,
+                tenant_id=invocation.tenant_id,
                 delivery_id=new_id("push"),
                 device_uid=device.device_uid,
                 event="invocation.pending",
-                subject_id=invocation_id,
+                subject_id=invocation.invocation_id,
                 not_before=now + timedelta(seconds=ctx.limits.live_ack_seconds if live else 0),
                 created_at=now,
             )
         )
-    await uow.journal.append(
-        AuditRecord(
-            "invocation.created",
-            caller.actor,
-            "pending",
-            subject=invocation_id,
-            data=_audit_data(call, device.device_id, capability.name, decision.rule),
-        ),
-        now,
-    )
-    uow.notify(device_key(caller.tenant_id, device.device_uid))
-    return invocation
+    uow.notify(device_key(invocation.tenant_id, device.device_uid))
 
 
 async def _resolve(
@@ -319,6 +361,34 @@ def _checked_input(capability: Capability, arguments: dict[str, Any], device: De
         raise _deny(e.text, device, capability.name) from None
     except InvalidInput as e:
         raise _deny(e.message, device, capability.name) from None
+
+
+async def _check_fatigue(
+    ctx: Context, uow: UnitOfWork, caller: Principal, device: Device, capability: Capability, now: datetime
+) -> None:
+    """Push fatigue (DESIGN §7.1): a paused agent asks nothing, and the person's open cards are capped."""
+    assert caller.user_id is not None
+    until = await uow.pauses.paused_until(caller.user_id, caller.agent_id or "")
+    if until is not None and until > now:
+        raise _policy(
+            f"the person said a request from this agent wasn't them; its requests are paused until "
+            f"{until.strftime('%H:%M')} UTC",
+            device,
+            capability.name,
+        )
+    waiting = await uow.approvals.count_pending(caller.user_id) + await uow.invocations.count_confirming(
+        caller.user_id
+    )
+    if waiting >= ctx.limits.max_open_confirmations:
+        raise _policy(
+            f"{waiting} requests already wait for the person to confirm; wait for them to answer first",
+            device,
+            capability.name,
+        )
+
+
+def timeout_for(ctx: Context, capability: Capability, device: Device, now: datetime) -> timedelta:
+    return _timeout(ctx, capability, device, now)
 
 
 def _timeout(ctx: Context, capability: Capability, device: Device, now: datetime) -> timedelta:
@@ -396,6 +466,7 @@ async def expire(ctx: Context, invocation: Invocation, now: datetime) -> Invocat
         expired = invocation.expired(now)
         if await uow.invocations.resolve(expired):
             await announce(uow, expired, "invocation.expired", "system:expiry", now)
+            await close_approval(uow, expired, ApprovalStatus.EXPIRED, "system:expiry", now)
             return expired
         current = await uow.invocations.get(invocation.invocation_id)
     assert current is not None
@@ -439,3 +510,102 @@ async def fail_open(uow: UnitOfWork, device_uid: str, actor: str, now: datetime)
         if await uow.invocations.resolve(failed):
             await announce(uow, failed, "invocation.failed", actor, now)
     uow.notify(device_key(uow.tenant_id, device_uid))
+
+
+async def open_approval(
+    ctx: Context,
+    uow: UnitOfWork,
+    caller: Principal,
+    invocation: Invocation,
+    device: Device,
+    capability: Capability,
+    approvers: list[Device],
+    rule: str,
+    now: datetime,
+) -> Invocation:
+    """Write the waiting call and its approval, push it to every device that can sign, and journal it."""
+    preview = render_preview(capability, invocation.arguments)
+    planned = action_sha256(invocation.tool, device.device_id, capability.name, invocation.arguments, preview)
+    window = min(ctx.limits.approval_sign_ttl_seconds, ctx.limits.invocation_timeout_seconds)
+    approval = Approval(
+        tenant_id=invocation.tenant_id,
+        approval_id=new_id("apr"),
+        user_id=invocation.user_id,
+        agent_id=invocation.agent_id,
+        invocation_id=invocation.invocation_id,
+        kind=capability.name,
+        subject=device.device_id,
+        prompt=prompt_for(device, capability, invocation.agent_id),
+        preview=preview,
+        sign=new_sign_block(planned, now, window),
+        binding_code=binding_code(),
+        status=ApprovalStatus.PENDING,
+        created_at=now,
+        expires_at=now + timedelta(seconds=window),
+    )
+    waiting = replace(
+        invocation,
+        status=Status.AWAITING_APPROVAL,
+        expires_at=approval.expires_at,
+        binding_code=approval.binding_code,
+        approval_id=approval.approval_id,
+    )
+    await uow.invocations.add(waiting)
+    await uow.approvals.add(approval)
+    for approver in approvers:
+        if approver.push is not None:
+            await uow.outbox.add(
+                OutboxItem(
+                    tenant_id=approval.tenant_id,
+                    delivery_id=new_id("push"),
+                    device_uid=approver.device_uid,
+                    event=APPROVAL_REQUESTED,
+                    subject_id=approval.approval_id,
+                    not_before=now,
+                    created_at=now,
+                )
+            )
+    await uow.journal.append(
+        AuditRecord(
+            "invocation.awaiting_approval",
+            caller.actor,
+            "awaiting_approval",
+            subject=waiting.invocation_id,
+            data={
+                "tool": waiting.tool,
+                "device_id": device.device_id,
+                "capability": capability.name,
+                "approval_id": approval.approval_id,
+                "rule": rule or None,
+            },
+        ),
+        now,
+    )
+    await uow.events.append(
+        waiting.user_id,
+        APPROVAL_REQUESTED,
+        {
+            "approval_id": approval.approval_id,
+            "invocation_id": waiting.invocation_id,
+            "kind": approval.kind,
+            "subject": approval.subject,
+            "binding_code": approval.binding_code,
+        },
+        now,
+    )
+    uow.notify(inbox_key(waiting.tenant_id, waiting.user_id))
+    uow.notify(events_key(waiting.tenant_id, waiting.user_id))
+    return waiting
+
+
+async def close_approval(
+    uow: UnitOfWork, invocation: Invocation, status: ApprovalStatus, by: str, now: datetime
+) -> None:
+    """Close the approval a call was waiting on, on every device at once."""
+    if invocation.approval_id is None:
+        return
+    approval = await uow.approvals.get(invocation.approval_id)
+    if approval is None or approval.status is not ApprovalStatus.PENDING:
+        return
+    await uow.approvals.decide(approval.decided(status, by, now))
+    uow.notify(inbox_key(invocation.tenant_id, invocation.user_id))

@@ -17,7 +17,8 @@ from tapgate.domain.audit import GENESIS, AuditEntry, AuditRecord, chain_entry
 from tapgate.domain.devices import Declared, Device, DeviceStatus
 from tapgate.domain.errors import Conflict, StorageError
 from tapgate.domain.events import Event, EventValue
-from tapgate.domain.invocations import Invocation, Status
+from tapgate.domain.inbox import Approval, ApprovalStatus
+from tapgate.domain.invocations import CONFIRMED_ON_DEVICE, Invocation, Status
 from tapgate.domain.pairing import Pairing
 from tapgate.domain.push import OutboxItem
 from tapgate.domain.sessions import Session
@@ -36,6 +37,8 @@ class _State:
     invocations: dict[tuple[str, str], Invocation] = field(default_factory=dict)
     events: dict[str, list[Event]] = field(default_factory=dict)
     outbox: dict[tuple[str, str], OutboxItem] = field(default_factory=dict)
+    approvals: dict[tuple[str, str], Approval] = field(default_factory=dict)
+    pauses: dict[tuple[str, str, str], datetime] = field(default_factory=dict)
 
     def copy(self) -> _State:
         return _State(
@@ -50,6 +53,8 @@ class _State:
             dict(self.invocations),
             {k: list(v) for k, v in self.events.items()},
             dict(self.outbox),
+            dict(self.approvals),
+            dict(self.pauses),
         )
 
 
@@ -92,6 +97,8 @@ class MemoryUnitOfWork:
         self.invocations = _Invocations(state, tenant_id)
         self.events = _Events(state, tenant_id)
         self.outbox = _Outbox(state, tenant_id)
+        self.approvals = _Approvals(state, tenant_id)
+        self.pauses = _Pauses(state, tenant_id)
         self.keys: list[str] = []
 
     def notify(self, key: str) -> None:
@@ -293,9 +300,30 @@ class _Invocations(_Repo):
         if found is None or not found.status.open:
             return False
         self.state.invocations[key] = replace(
-            found, status=invocation.status, resolved_at=invocation.resolved_at, message=invocation.message
+            found,
+            status=invocation.status,
+            resolved_at=invocation.resolved_at,
+            message=invocation.message,
+            reason=invocation.reason,
         )
         return True
+
+    async def proceed(self, invocation: Invocation) -> bool:
+        key = (self.tenant_id, invocation.invocation_id)
+        found = self.state.invocations.get(key)
+        if found is None or found.status is not Status.AWAITING_APPROVAL:
+            return False
+        self.state.invocations[key] = replace(
+            found, status=invocation.status, expires_at=invocation.expires_at
+        )
+        return True
+
+    async def count_confirming(self, user_id: str) -> int:
+        return sum(
+            1
+            for i in self._mine()
+            if i.user_id == user_id and i.status is Status.PENDING and i.capability in CONFIRMED_ON_DEVICE
+        )
 
     async def add_late_report(
         self, invocation_id: str, status: str, message: str | None, at: datetime
@@ -334,3 +362,38 @@ class _Outbox(_Repo):
             i for (t, _), i in self.state.outbox.items() if t == self.tenant_id and i.subject_id == subject_id
         ]
         return sorted(found, key=lambda i: i.created_at)
+
+
+class _Approvals(_Repo):
+    def _mine(self) -> list[Approval]:
+        found = [a for (t, _), a in self.state.approvals.items() if t == self.tenant_id]
+        return sorted(found, key=lambda a: (a.created_at, a.approval_id))
+
+    async def add(self, approval: Approval) -> None:
+        self._own(approval.tenant_id)
+        self.state.approvals[(approval.tenant_id, approval.approval_id)] = approval
+
+    async def get(self, approval_id: str) -> Approval | None:
+        return self.state.approvals.get((self.tenant_id, approval_id))
+
+    async def pending_for(self, user_id: str) -> Sequence[Approval]:
+        return [a for a in self._mine() if a.user_id == user_id and a.status is ApprovalStatus.PENDING]
+
+    async def count_pending(self, user_id: str) -> int:
+        return len(await self.pending_for(user_id))
+
+    async def decide(self, approval: Approval) -> bool:
+        key = (self.tenant_id, approval.approval_id)
+        found = self.state.approvals.get(key)
+        if found is None or found.status is not ApprovalStatus.PENDING:
+            return False
+        self.state.approvals[key] = approval
+        return True
+
+
+class _Pauses(_Repo):
+    async def pause(self, user_id: str, agent_id: str, until: datetime) -> None:
+        self.state.pauses[(self.tenant_id, user_id, agent_id)] = until
+
+    async def paused_until(self, user_id: str, agent_id: str) -> datetime | None:
+        return self.state.pauses.get((self.tenant_id, user_id, agent_id))

@@ -23,11 +23,14 @@ from tapgate.adapters.store.urls import engine_url
 from tapgate.adapters.wake.local import LocalWake
 from tapgate.adapters.wake.postgres import CHANNEL
 from tapgate.domain.accounts import Credential, Tenant, User
+from tapgate.domain.approvals import SignBlock
 from tapgate.domain.audit import GENESIS, AuditEntry, AuditRecord, chain_entry
 from tapgate.domain.devices import Declared, Device, DeviceStatus, PushTarget, parse_capability
 from tapgate.domain.errors import Conflict, StorageError
 from tapgate.domain.events import Event, EventValue
-from tapgate.domain.invocations import OPEN, Invocation, Status
+from tapgate.domain.inbox import Approval, ApprovalStatus
+from tapgate.domain.invocations import CONFIRMED_ON_DEVICE, OPEN, Invocation, Status
+from tapgate.domain.keys import KeyAlgorithm
 from tapgate.domain.pairing import Pairing, PairingStatus
 from tapgate.domain.principals import Scope, TokenKind
 from tapgate.domain.push import OutboxItem
@@ -148,6 +151,8 @@ class SqlUnitOfWork:
         self.invocations = _Invocations(conn, tenant_id)
         self.events = _Events(conn, tenant_id)
         self.outbox = _Outbox(conn, tenant_id)
+        self.approvals = _Approvals(conn, tenant_id)
+        self.pauses = _Pauses(conn, tenant_id)
         self.keys: list[str] = []
 
     def notify(self, key: str) -> None:
@@ -366,7 +371,7 @@ class _Devices(_Repo):
                         "device_uid": device_uid,
                         "name": d.capability.name,
                         "position": i,
-                        "definition": json.dumps(d.capability.as_dict(), sort_keys=True),
+                        "definition": json.dumps(d.capability.as_dict()),  # keeps the params in order
                         "granted": d.granted,
                     }
                     for i, d in enumerate(capabilities)
@@ -560,6 +565,9 @@ def _invocation(r: Any) -> Invocation:
         late_status=r.late_status,
         late_message=r.late_message,
         late_at=r.late_at,
+        reason=r.reason,
+        binding_code=r.binding_code,
+        approval_id=r.approval_id,
     )
 
 
@@ -586,6 +594,9 @@ class _Invocations(_Repo):
             "delivered_at": i.delivered_at,
             "resolved_at": i.resolved_at,
             "message": i.message,
+            "reason": i.reason,
+            "binding_code": i.binding_code,
+            "approval_id": i.approval_id,
         }
         await self._insert(t.invocations, row, f"Invocation {i.invocation_id!r} exists already.")
 
@@ -643,10 +654,38 @@ class _Invocations(_Repo):
                 c.status.in_(OPEN),
             )
             .values(
-                status=invocation.status.value, resolved_at=invocation.resolved_at, message=invocation.message
+                status=invocation.status.value,
+                resolved_at=invocation.resolved_at,
+                message=invocation.message,
+                reason=invocation.reason,
             )
         )
         return bool(changed.rowcount)
+
+    async def proceed(self, invocation: Invocation) -> bool:
+        c = t.invocations.c
+        changed = await self.conn.execute(
+            update(t.invocations)
+            .where(
+                c.tenant_id == self.tenant_id,
+                c.invocation_id == invocation.invocation_id,
+                c.status == Status.AWAITING_APPROVAL.value,
+            )
+            .values(status=invocation.status.value, expires_at=invocation.expires_at)
+        )
+        return bool(changed.rowcount)
+
+    async def count_confirming(self, user_id: str) -> int:
+        c = t.invocations.c
+        count = await self.conn.scalar(
+            select(func.count()).where(
+                c.tenant_id == self.tenant_id,
+                c.user_id == user_id,
+                c.status == Status.PENDING.value,
+                c.capability.in_(CONFIRMED_ON_DEVICE),
+            )
+        )
+        return int(count or 0)
 
     async def add_late_report(
         self, invocation_id: str, status: str, message: str | None, at: datetime
@@ -711,6 +750,129 @@ class _Outbox(_Repo):
             )
             for r in rows
         ]
+
+
+def _approval(r: Any) -> Approval:
+    return Approval(
+        tenant_id=r.tenant_id,
+        approval_id=r.approval_id,
+        user_id=r.user_id,
+        agent_id=r.agent_id,
+        invocation_id=r.invocation_id,
+        kind=r.kind,
+        subject=r.subject,
+        prompt=r.prompt,
+        preview=json.loads(r.preview),
+        sign=SignBlock(
+            format=r.sign_format,
+            challenge=r.challenge,
+            expires_at=r.sign_expires_at,
+            action_sha256=r.action_sha256,
+            algorithms=tuple(KeyAlgorithm(a) for a in r.algorithms.split()),
+        ),
+        binding_code=r.binding_code,
+        status=ApprovalStatus(r.status),
+        created_at=r.created_at,
+        expires_at=r.expires_at,
+        decided_at=r.decided_at,
+        decided_by=r.decided_by,
+    )
+
+
+class _Approvals(_Repo):
+    async def add(self, approval: Approval) -> None:
+        a = approval
+        await self.conn.execute(
+            insert(t.approvals).values(
+                tenant_id=a.tenant_id,
+                approval_id=a.approval_id,
+                user_id=a.user_id,
+                agent_id=a.agent_id,
+                invocation_id=a.invocation_id,
+                kind=a.kind,
+                subject=a.subject,
+                prompt=a.prompt,
+                preview=json.dumps(dict(a.preview), sort_keys=True),
+                sign_format=a.sign.format,
+                challenge=a.sign.challenge,
+                sign_expires_at=a.sign.expires_at,
+                action_sha256=a.sign.action_sha256,
+                algorithms=" ".join(a.sign.algorithms),
+                binding_code=a.binding_code,
+                status=a.status.value,
+                created_at=a.created_at,
+                expires_at=a.expires_at,
+                decided_at=a.decided_at,
+                decided_by=a.decided_by,
+            )
+        )
+
+    async def get(self, approval_id: str) -> Approval | None:
+        c = t.approvals.c
+        r = (
+            await self.conn.execute(
+                select(t.approvals).where(c.tenant_id == self.tenant_id, c.approval_id == approval_id)
+            )
+        ).first()
+        return None if r is None else _approval(r)
+
+    async def pending_for(self, user_id: str) -> Sequence[Approval]:
+        c = t.approvals.c
+        rows = await self.conn.execute(
+            select(t.approvals)
+            .where(
+                c.tenant_id == self.tenant_id, c.user_id == user_id, c.status == ApprovalStatus.PENDING.value
+            )
+            .order_by(c.created_at, c.approval_id)
+        )
+        return [_approval(r) for r in rows]
+
+    async def count_pending(self, user_id: str) -> int:
+        c = t.approvals.c
+        count = await self.conn.scalar(
+            select(func.count()).where(
+                c.tenant_id == self.tenant_id, c.user_id == user_id, c.status == ApprovalStatus.PENDING.value
+            )
+        )
+        return int(count or 0)
+
+    async def decide(self, approval: Approval) -> bool:
+        c = t.approvals.c
+        changed = await self.conn.execute(
+            update(t.approvals)
+            .where(
+                c.tenant_id == self.tenant_id,
+                c.approval_id == approval.approval_id,
+                c.status == ApprovalStatus.PENDING.value,
+            )
+            .values(
+                status=approval.status.value, decided_at=approval.decided_at, decided_by=approval.decided_by
+            )
+        )
+        return bool(changed.rowcount)
+
+
+class _Pauses(_Repo):
+    async def pause(self, user_id: str, agent_id: str, until: datetime) -> None:
+        c = t.agent_pauses.c
+        changed = await self.conn.execute(
+            update(t.agent_pauses)
+            .where(c.tenant_id == self.tenant_id, c.user_id == user_id, c.agent_id == agent_id)
+            .values(until=until)
+        )
+        if not changed.rowcount:
+            await self.conn.execute(
+                insert(t.agent_pauses).values(
+                    tenant_id=self.tenant_id, user_id=user_id, agent_id=agent_id, until=until
+                )
+            )
+
+    async def paused_until(self, user_id: str, agent_id: str) -> datetime | None:
+        c = t.agent_pauses.c
+        until = await self.conn.scalar(
+            select(c.until).where(c.tenant_id == self.tenant_id, c.user_id == user_id, c.agent_id == agent_id)
+        )
+        return until if isinstance(until, datetime) else None
 
 
 class _Events(_Repo):

@@ -240,6 +240,9 @@ invocations = Table(
     Column("late_status", String(20)),
     Column("late_message", Text),
     Column("late_at", UtcDateTime),
+    Column("reason", Text),  # why a call that waited for the person ended refused
+    Column("binding_code", String(8)),
+    Column("approval_id", String(40)),
     ForeignKeyConstraint(
         ["tenant_id", "device_uid"], ["devices.tenant_id", "devices.device_uid"], ondelete="CASCADE"
     ),
@@ -278,6 +281,48 @@ push_outbox = Table(
         ["tenant_id", "device_uid"], ["devices.tenant_id", "devices.device_uid"], ondelete="CASCADE"
     ),
     Index("push_outbox_due", "status", "not_before"),
+)
+
+approvals = Table(
+    "approvals",
+    metadata,
+    Column("tenant_id", String(40), primary_key=True),
+    Column("approval_id", String(40), primary_key=True),
+    Column("user_id", String(40), nullable=False),
+    Column("agent_id", String(40), nullable=False),
+    Column("invocation_id", String(64), nullable=False),
+    Column("kind", String(30), nullable=False),
+    Column("subject", String(24), nullable=False),
+    Column("prompt", Text, nullable=False),
+    Column("preview", Text, nullable=False),
+    Column("sign_format", String(40), nullable=False),
+    Column("challenge", String(32), nullable=False),
+    Column("sign_expires_at", BigInteger, nullable=False),
+    Column("action_sha256", String(64), nullable=False),
+    Column("algorithms", String(40), nullable=False),
+    Column("binding_code", String(8), nullable=False),
+    Column("status", String(16), nullable=False),
+    Column("created_at", UtcDateTime, nullable=False),
+    Column("expires_at", UtcDateTime, nullable=False),
+    Column("decided_at", UtcDateTime),
+    Column("decided_by", String(80)),
+    ForeignKeyConstraint(["tenant_id", "user_id"], ["users.tenant_id", "users.user_id"], ondelete="CASCADE"),
+    ForeignKeyConstraint(
+        ["tenant_id", "invocation_id"],
+        ["invocations.tenant_id", "invocations.invocation_id"],
+        ondelete="CASCADE",
+    ),
+    Index("approvals_user_status", "tenant_id", "user_id", "status"),
+)
+
+agent_pauses = Table(
+    "agent_pauses",
+    metadata,
+    Column("tenant_id", String(40), primary_key=True),
+    Column("user_id", String(40), primary_key=True),
+    Column("agent_id", String(40), primary_key=True),
+    Column("until", UtcDateTime, nullable=False),
+    ForeignKeyConstraint(["tenant_id", "user_id"], ["users.tenant_id", "users.user_id"], ondelete="CASCADE"),
 )
 
 TENANT_TABLES = tuple(t.name for t in metadata.sorted_tables)

@@ -1,0 +1,92 @@
+"""Approvals waiting for the person: what the card shows (prompt, preview, binding code) and its state.
+
+The preview is rendered by the server from the real arguments, and its hash is inside the signed action,
+so what the person is shown is what they sign. The binding code is short and on both the card and the
+agent's view of the call, so the person can match the phone to the conversation.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from tapgate.domain.approvals import SignBlock
+from tapgate.domain.devices import PHONE_ACTIONS, SMS_SEND, Capability, Device
+from tapgate.domain.errors import Conflict
+
+# No 0/O, 1/I/L, 2/Z, 5/S, 8/B: a code read aloud or across a room is not misread.
+_BINDING_ALPHABET = "ACDEFGHJKMNPQRTUVWXY34679"
+PREVIEW_VALUE_MAX = 1000
+
+
+class ApprovalStatus(StrEnum):
+    PENDING = "pending"
+    APPROVED = "approved"
+    DENIED = "denied"
+    EXPIRED = "expired"
+
+
+@dataclass(frozen=True, slots=True)
+class Approval:
+    tenant_id: str
+    approval_id: str
+    user_id: str
+    agent_id: str
+    invocation_id: str
+    kind: str  # the capability
+    subject: str  # the device id
+    prompt: str
+    preview: Mapping[str, Any]
+    sign: SignBlock
+    binding_code: str
+    status: ApprovalStatus
+    created_at: datetime
+    expires_at: datetime
+    decided_at: datetime | None = None
+    decided_by: str | None = None
+
+    def decided(self, status: ApprovalStatus, by: str, now: datetime) -> Approval:
+        if self.status is not ApprovalStatus.PENDING:
+            raise Conflict(f"This approval was decided already: {self.status.value}.")
+        return replace(self, status=status, decided_by=by, decided_at=now)
+
+
+def binding_code() -> str:
+    return "".join(secrets.choice(_BINDING_ALPHABET) for _ in range(4))
+
+
+def _shown(value: object) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, sort_keys=True)
+    return text if len(text) <= PREVIEW_VALUE_MAX else text[: PREVIEW_VALUE_MAX - 1] + "…"
+
+
+def render_preview(capability: Capability, arguments: Mapping[str, Any]) -> dict[str, Any]:
+    """``{kind, fields: [{label, value}]}`` from the real arguments, in the capability's own order."""
+    if capability.name == SMS_SEND:
+        fields = [
+            {"label": "To", "value": _shown(arguments.get("to", ""))},
+            {"label": "Message", "value": _shown(arguments.get("body", ""))},
+        ]
+    elif capability.name == PHONE_ACTIONS:
+        fields = [
+            {"label": key.replace("_", " ").capitalize(), "value": _shown(value)}
+            for key, value in arguments.items()
+        ]
+    else:
+        order = [p.name for p in capability.params]
+        keys = [k for k in order if k in arguments] + [k for k in arguments if k not in order]
+        fields = [
+            {"label": key.replace("_", " ").capitalize(), "value": _shown(arguments[key])} for key in keys
+        ]
+    return {"kind": capability.name, "fields": fields}
+
+
+def prompt_for(device: Device, capability: Capability, agent_id: str) -> str:
+    """One line the card leads with; names only server-checked text (device name, capability, agent)."""
+    what = "send a text message" if capability.name == SMS_SEND else f"use {capability.name}"
+    return f"{agent_id or 'An agent'} asks to {what} on {device.name}."

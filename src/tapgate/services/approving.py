@@ -1,0 +1,261 @@
+"""Approvals: the person's inbox, and a decision the server accepts only when a device key signed it.
+
+Every attempt is journalled, accepted or refused; a refused attempt leaves the approval pending. The
+first decision closes the approval on every device. An approved call goes on after the still-allowed
+check; a denied one is refused with the person's words, and "this wasn't me" also pauses the agent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+
+from tapgate.domain.approvals import Decision, SignatureRefused, signed_text, verify_decision
+from tapgate.domain.audit import AuditRecord
+from tapgate.domain.devices import Device, DeviceStatus
+from tapgate.domain.errors import Conflict, Forbidden, Gone, InvalidInput, NotFound
+from tapgate.domain.events import APPROVAL_DECIDED
+from tapgate.domain.inbox import Approval, ApprovalStatus
+from tapgate.domain.invocations import Invocation, Status
+from tapgate.domain.principals import Principal, Scope, TokenKind
+from tapgate.domain.text import check_display_text
+from tapgate.ports import UnitOfWork
+from tapgate.services.context import Context, events_key, inbox_key, invocation_key, wait_slice
+from tapgate.services.invoking import announce, deliver, timeout_for
+
+MESSAGE_MAX = 500
+
+
+@dataclass(frozen=True, slots=True)
+class DecisionBody:
+    decision: Decision
+    device_id: str | None = None
+    signature: str | None = None
+    message: str | None = None
+    not_me: bool = False
+
+
+def _user_of(caller: Principal) -> str:
+    """Who may read and decide: the user (``approve`` scope), their devices, or the operator."""
+    if caller.kind is TokenKind.OPERATOR:
+        return ""
+    caller.require(
+        TokenKind.USER, TokenKind.DEVICE, scope=Scope.APPROVE if caller.kind is TokenKind.USER else None
+    )
+    assert caller.user_id is not None
+    return caller.user_id
+
+
+async def inbox(ctx: Context, caller: Principal, wait: float = 0) -> Sequence[Approval]:
+    """The user's pending approvals, waiting up to ``wait`` seconds for one to arrive."""
+    if caller.kind is TokenKind.OPERATOR:
+        raise Forbidden("The inbox is the person's: use a user or device token.")
+    user_id = _user_of(caller)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + max(0.0, min(wait, 60.0))
+    with ctx.wake.subscribe(inbox_key(caller.tenant_id, user_id)) as woken:
+        while True:
+            woken.clear()
+            now = ctx.clock.now()
+            async with ctx.store.unit_of_work(caller.tenant_id) as uow:
+                found = [a for a in await uow.approvals.pending_for(user_id) if a.expires_at > now]
+            left = deadline - loop.time()
+            if found or left <= 0:
+                return found
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(woken.wait(), timeout=wait_slice(ctx, left))
+
+
+async def decide(ctx: Context, caller: Principal, approval_id: str, body: DecisionBody) -> Approval:
+    """Decide an approval. Raises NotFound, Conflict (decided already), Gone (its window passed),
+    Forbidden / SignatureRefused (403: the approval stays pending), InvalidInput."""
+    user_id = _user_of(caller)
+    message = body.message
+    if message is not None:
+        message = check_display_text(message.strip(), "message", MESSAGE_MAX) or None
+    if body.not_me and body.decision is not Decision.DENIED:
+        raise InvalidInput("not_me", "not_me goes with the decision denied.")
+    now = ctx.clock.now()
+    refusal: Exception | None = None
+    async with ctx.store.unit_of_work(caller.tenant_id) as uow:
+        approval = await uow.approvals.get(approval_id)
+        if approval is None or (user_id and approval.user_id != user_id):
+            raise NotFound(f"There is no approval {approval_id!r}.")
+        if approval.status is not ApprovalStatus.PENDING:
+            raise Conflict(f"This approval was decided already: {approval.status.value}.")
+        invocation = await uow.invocations.get(approval.invocation_id)
+        assert invocation is not None
+        ended = now >= approval.expires_at or not invocation.status.open
+        if ended and body.signature is None:
+            raise Gone("This approval's window has passed; the call it was for has ended.")
+        try:
+            by, device_id = await _check_decider(ctx, uow, caller, approval, body, now)
+        except (Forbidden, SignatureRefused) as e:
+            detail = getattr(e, "detail", e.message)
+            await uow.journal.append(
+                AuditRecord(
+                    "approval.refused",
+                    caller.actor,
+                    "refused",
+                    subject=approval_id,
+                    reason=str(detail)[:200],
+                    data={
+                        "decision": body.decision.value,
+                        "device_id": body.device_id,
+                        "signed": bool(body.signature),
+                    },
+                ),
+                now,
+            )
+            refusal = e
+        else:
+            approval = await _record(
+                ctx, uow, caller, approval, invocation, body, message, by, device_id, now
+            )
+    if refusal is not None:
+        raise refusal
+    return approval
+
+
+async def _check_decider(
+    ctx: Context, uow: UnitOfWork, caller: Principal, approval: Approval, body: DecisionBody, now: datetime
+) -> tuple[str, str | None]:
+    """Who decides and with which device; raises Forbidden or SignatureRefused."""
+    if body.signature is None:
+        if body.device_id is not None:
+            raise InvalidInput(
+                "signature", "signature is required when device_id names the device that signed."
+            )
+        if caller.kind is TokenKind.OPERATOR:
+            return "operator (no device signature)", None
+        if caller.kind is TokenKind.DEVICE:
+            raise Forbidden("A device decides by signing: send the signature of the decision.")
+        if ctx.limits.require_device_signature or caller.require_device_signature:
+            raise Forbidden("This decision needs a signature from one of your devices.")
+        return f"user:{caller.user_id} (no device signature)", None
+    device_id = body.device_id or (caller.device_id if caller.kind is TokenKind.DEVICE else None)
+    if device_id is None:
+        raise InvalidInput(
+            "device_id", "device_id is required with a signature: name the device that signed."
+        )
+    if caller.kind is TokenKind.DEVICE and device_id != caller.device_id:
+        raise Forbidden("A device signs for itself only.")
+    device = await uow.devices.get(approval.user_id, device_id)
+    if device is None or device.status is not DeviceStatus.ACTIVE:
+        raise SignatureRefused("unknown, revoked or foreign device")
+    if int(now.timestamp()) >= approval.sign.expires_at or now >= approval.expires_at:
+        raise SignatureRefused("the signing window has passed")
+    payload = signed_text(
+        approval.sign.format,
+        approval.approval_id,
+        body.decision,
+        approval.kind,
+        approval.subject,
+        approval.sign.action_sha256,
+        approval.sign.challenge,
+        approval.sign.expires_at,
+    )
+    verify_decision(device.alg, device.public_key, payload, body.signature)
+    return f"device:{device.device_id}", device.device_id
+
+
+async def _record(
+    ctx: Context,
+    uow: UnitOfWork,
+    caller: Principal,
+    approval: Approval,
+    invocation: Invocation,
+    body: DecisionBody,
+    message: str | None,
+    by: str,
+    device_id: str | None,
+    now: datetime,
+) -> Approval:
+    status = ApprovalStatus.APPROVED if body.decision is Decision.APPROVED else ApprovalStatus.DENIED
+    decided = approval.decided(status, by, now)
+    if not await uow.approvals.decide(decided):
+        raise Conflict("This approval was decided already.")
+    await uow.journal.append(
+        AuditRecord(
+            "approval.decided",
+            caller.actor,
+            status.value,
+            subject=approval.approval_id,
+            data={
+                "decided_by": by,
+                "device_id": device_id,
+                "invocation_id": invocation.invocation_id,
+                "not_me": body.not_me,
+            },
+        ),
+        now,
+    )
+    await uow.events.append(
+        approval.user_id,
+        APPROVAL_DECIDED,
+        {
+            "approval_id": approval.approval_id,
+            "invocation_id": invocation.invocation_id,
+            "decision": status.value,
+        },
+        now,
+    )
+    uow.notify(inbox_key(approval.tenant_id, approval.user_id))
+    uow.notify(events_key(approval.tenant_id, approval.user_id))
+    if status is ApprovalStatus.APPROVED:
+        await _go_on(ctx, uow, invocation, now)
+    else:
+        reason = "[policy] the person declined this call" + (f": {message}" if message else "")
+        refused = invocation.refused(reason, now)
+        if await uow.invocations.resolve(refused):
+            await announce(uow, refused, "invocation.refused", caller.actor, now)
+        if body.not_me:
+            until = now + timedelta(seconds=ctx.limits.not_me_cooldown_seconds)
+            await uow.pauses.pause(approval.user_id, approval.agent_id, until)
+            await uow.journal.append(
+                AuditRecord(
+                    "agent.paused",
+                    caller.actor,
+                    subject=approval.agent_id,
+                    reason="the person said this request wasn't them",
+                    data={"user_id": approval.user_id, "until": until.isoformat()},
+                ),
+                now,
+            )
+    return decided
+
+
+async def _go_on(ctx: Context, uow: UnitOfWork, invocation: Invocation, now: datetime) -> None:
+    """Step 9, still allowed: same device and pairing, capability declared and granted, not revoked."""
+    device = await uow.devices.by_uid(invocation.device_uid)
+    declared = device.declared(invocation.capability) if device else None
+    if device is None or device.status is not DeviceStatus.ACTIVE or declared is None or not declared.granted:
+        refused = invocation.refused("[deny] the call is no longer allowed: its device or grant changed", now)
+        if await uow.invocations.resolve(refused):
+            await announce(uow, refused, "invocation.refused", "system:still-allowed", now)
+        return
+    going = _pending(invocation, device, ctx, now)
+    if await uow.invocations.proceed(going):
+        await deliver(ctx, uow, going, device, now)
+        await uow.journal.append(
+            AuditRecord(
+                "invocation.created",
+                "system:approved",
+                "pending",
+                subject=invocation.invocation_id,
+                data={"tool": invocation.tool, "device_id": device.device_id},
+            ),
+            now,
+        )
+        uow.notify(invocation_key(invocation.tenant_id, invocation.invocation_id))
+
+
+def _pending(invocation: Invocation, device: Device, ctx: Context, now: datetime) -> Invocation:
+    declared = device.declared(invocation.capability)
+    assert declared is not None
+    return replace(
+        invocation, status=Status.PENDING, expires_at=now + timeout_for(ctx, declared.capability, device, now)
+    )
