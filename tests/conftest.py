@@ -9,6 +9,7 @@ none answers, those tests are skipped with that reason, unless TAPGATE_TEST_POST
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import secrets
 from collections.abc import AsyncIterator, Coroutine, Iterator
@@ -146,7 +147,7 @@ def device_settings(sqlite_url: str) -> Settings:
 @pytest.fixture
 async def api(settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
     """The HTTP API in process (ASGI), over a migrated SQLite, with the device flags off."""
-    async for client in asgi_client(settings):
+    async with asgi_client(settings) as client:
         yield client
 
 
@@ -154,10 +155,11 @@ async def api(settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
 async def device_api(device_settings: Settings, clock: FrozenClock) -> AsyncIterator[httpx.AsyncClient]:
     """The HTTP API in process (ASGI), over a migrated SQLite, with the device channel on and a
     clock the test moves."""
-    async for client in asgi_client(device_settings, clock):
+    async with asgi_client(device_settings, clock) as client:
         yield client
 
 
+@contextlib.asynccontextmanager
 async def asgi_client(
     settings: Settings, clock: FrozenClock | None = None
 ) -> AsyncIterator[httpx.AsyncClient]:

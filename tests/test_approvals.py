@@ -27,7 +27,7 @@ async def client(sqlite_url: str, clock: FrozenClock) -> AsyncIterator[httpx.Asy
         device_sms_enabled=True,
         approval_sign_ttl_seconds=60,
     )
-    async for c in asgi_client(settings, clock):
+    async with asgi_client(settings, clock) as c:
         yield c
 
 

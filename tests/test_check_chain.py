@@ -294,7 +294,7 @@ async def test_a_policy_file_blocks_and_its_message_reaches_the_agent(
         device_sms_enabled=True,
         policies_file=str(policies),
     )
-    async for client in asgi_client(settings):
+    async with asgi_client(settings) as client:
         world = await World(client).start()
         await world.person("ana")
         agent = await world.agent("ana")
@@ -329,7 +329,7 @@ async def test_two_results_for_one_invocation_record_exactly_one(
         else request.getfixturevalue("postgres").app_url
     )
     settings = Settings(database_url=url, device_channel_enabled=True, device_sms_enabled=True)
-    async for client in asgi_client(settings, clock):
+    async with asgi_client(settings, clock) as client:
         world = await World(client, tenant=f"race-{backend}-{id(client) % 10000}").start()
         await world.person("ana")
         agent = bearer(await world.agent("ana"))

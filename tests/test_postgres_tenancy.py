@@ -23,7 +23,7 @@ from tapgate.adapters.store.tables import APPEND_ONLY_TABLES, TENANT_TABLES, met
 from tapgate.adapters.wake.local import LocalWake
 from tapgate.domain.approvals import Decision
 from tapgate.domain.principals import TokenKind
-from tapgate.services import accounts, answering, approving, devices, invoking, pairings, sessions
+from tapgate.services import accounts, answering, approving, devices, ingesting, invoking, pairings, sessions
 from tapgate.services.approving import DecisionBody
 from tapgate.services.context import Context
 from tapgate.services.invoking import Call
@@ -85,6 +85,7 @@ async def _seed_devices(store: Any, clock: FrozenClock, operator: Any, user: str
     principal = await accounts.authenticate(store, enrolled.token)
     device = await devices.authenticate_device(store, clock, principal)
     await answering.answer(ctx, device, called.id, "done", None)
+    await ingesting.ingest(ctx, device, "sms", "+15550001111", "hello", clock.now())
     asked = await invoking.invoke(ctx, agent, Call("device__desk_lamp__unlock_door", {"on": True}))
     assert asked.status.value == "awaiting_approval"
     async with store.unit_of_work(operator.tenant_id) as uow:

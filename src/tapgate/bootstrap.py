@@ -31,6 +31,8 @@ def limits_from(settings: Settings) -> Limits:
         require_device_signature=settings.require_device_signature,
         invocation_poll_seconds=settings.invocation_poll_seconds,
         live_ack_seconds=settings.live_ack_seconds,
+        triage_idle_seconds=settings.triage_idle_seconds,
+        not_me_cooldown_seconds=settings.not_me_cooldown_seconds,
     )
 
 

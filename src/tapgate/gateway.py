@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from datetime import datetime
 from typing import Any, Protocol
 
 from tapgate.domain.accounts import User
@@ -23,6 +24,7 @@ from tapgate.services import (
     approving,
     devices,
     events,
+    ingesting,
     invoking,
     journal,
     pairings,
@@ -34,6 +36,7 @@ from tapgate.services.approving import DecisionBody
 from tapgate.services.context import Context, Limits
 from tapgate.services.devices import DeviceCaller, NewDevice
 from tapgate.services.expiry import Sweeper, sweep
+from tapgate.services.ingesting import Ingested
 from tapgate.services.invoking import Call, View
 from tapgate.services.pairings import Claimed
 
@@ -264,3 +267,10 @@ class Gateway:
 
     async def decide(self, caller: Principal, approval_id: str, body: DecisionBody) -> Approval:
         return await approving.decide(self.ctx, caller, approval_id, body)
+
+    # ingest
+
+    async def ingest(
+        self, caller: DeviceCaller, channel: str, sender: str, body: str, received_at: datetime
+    ) -> Ingested:
+        return await ingesting.ingest(self.ctx, caller, channel, sender, body, received_at)

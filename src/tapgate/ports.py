@@ -13,6 +13,7 @@ from tapgate.domain.audit import AuditEntry, AuditRecord
 from tapgate.domain.devices import Declared, Device, DeviceStatus
 from tapgate.domain.events import Event, EventValue
 from tapgate.domain.inbox import Approval
+from tapgate.domain.ingest import Receipt, Triage
 from tapgate.domain.invocations import Invocation
 from tapgate.domain.pairing import Pairing
 from tapgate.domain.push import OutboxItem, PushMessage
@@ -156,6 +157,32 @@ class Pauses(Protocol):
     async def paused_until(self, user_id: str, agent_id: str) -> datetime | None: ...
 
 
+class Ingests(Protocol):
+    async def receipt(self, device_uid: str, channel: str, digest: str) -> Receipt | None: ...
+
+    async def add_receipt(
+        self,
+        device_uid: str,
+        channel: str,
+        digest: str,
+        receipt: Receipt,
+        received_at: datetime,
+        at: datetime,
+    ) -> None:
+        """Raises Conflict if the digest was stored already (a replay)."""
+
+    async def take(self, device_uid: str, day: str, cap: int) -> bool:
+        """Count one message for the device's day; False (and nothing counted) at the cap."""
+
+    async def triage(self, device_uid: str, channel: str) -> Triage | None: ...
+
+    async def set_triage(
+        self, device_uid: str, channel: str, user_id: str, triage: Triage, replace: bool
+    ) -> None:
+        """Pin (or, with ``replace``, move) the triage session; raises Conflict if one is pinned and not
+        replaced."""
+
+
 class Events(Protocol):
     async def append(self, user_id: str, type: str, data: Mapping[str, EventValue], at: datetime) -> int:
         """Add an event for the user; its sequence number grows in commit order within the tenant."""
@@ -200,6 +227,8 @@ class UnitOfWork(Protocol):
     def approvals(self) -> Approvals: ...
     @property
     def pauses(self) -> Pauses: ...
+    @property
+    def ingests(self) -> Ingests: ...
 
     def notify(self, key: str) -> None:
         """Wake every waiter on ``key`` once this unit of work commits (in every process)."""

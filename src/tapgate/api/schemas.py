@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -282,3 +283,18 @@ class DecisionRequest(Request):
 class DecisionAnswer(BaseModel):
     id: str
     status: str
+
+
+class IngestBody(Request):
+    channel: Literal["sms"]
+    sender: str = Field(max_length=64, description="The number or name the message came from")
+    body: str = Field(max_length=4096)
+    received_at: datetime = Field(
+        strict=False, description="When the phone received it (ISO 8601 with a zone)"
+    )
+
+
+class Ingested(BaseModel):
+    receipt: str
+    duplicate: bool = Field(description="True when this message was received before: nothing new started")
+    session_id: str = Field(description="The triage session the message was routed to")

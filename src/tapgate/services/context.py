@@ -20,6 +20,7 @@ class Limits:
     invocation_poll_seconds: float = 2.0
     live_ack_seconds: float = 1.0  # how long a live link may take a call before its push goes out
     not_me_cooldown_seconds: int = 1200  # "this wasn't me" pauses the agent's asks for this long
+    triage_idle_seconds: int = 3600  # a triage session idle this long is replaced by a new one
 
 
 @dataclass(frozen=True, slots=True)

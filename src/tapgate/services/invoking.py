@@ -182,7 +182,7 @@ async def _chain(
         raise _deny("the device channel is off on this gateway")
     # 2. A real device of this user, and a capability it declares.
     session = await uow.sessions.get(caller.user_id, call.session_id) if call.session_id else None
-    if session is not None and session.agent_id != caller.agent_id:
+    if session is not None and session.agent_id not in ("", caller.agent_id):
         session = None
     device, capability = await _resolve(uow, caller.user_id, call.tool, session)
     # 3. The person granted it; no rule can lift this.

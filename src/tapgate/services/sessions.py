@@ -70,7 +70,7 @@ async def record_message(
     now = clock.now()
     async with store.unit_of_work(caller.tenant_id) as uow:
         session = await uow.sessions.get(user_id, session_id)
-        if session is None or session.agent_id != caller.agent_id:
+        if session is None or session.agent_id not in ("", caller.agent_id):
             raise NotFound(
                 f"There is no session {session_id!r}; create it with PUT /v1/sessions/{{id}} first."
             )

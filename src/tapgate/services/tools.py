@@ -27,7 +27,7 @@ async def list_tools(
     assert caller.user_id is not None
     async with store.unit_of_work(caller.tenant_id) as uow:
         session = await uow.sessions.get(caller.user_id, session_id) if session_id else None
-        if session_id and (session is None or session.agent_id != caller.agent_id):
+        if session_id and (session is None or session.agent_id not in ("", caller.agent_id)):
             raise NotFound(f"There is no session {session_id!r}.")
         if not enabled:
             return []

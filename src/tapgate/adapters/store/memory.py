@@ -18,6 +18,7 @@ from tapgate.domain.devices import Declared, Device, DeviceStatus
 from tapgate.domain.errors import Conflict, StorageError
 from tapgate.domain.events import Event, EventValue
 from tapgate.domain.inbox import Approval, ApprovalStatus
+from tapgate.domain.ingest import Receipt, Triage
 from tapgate.domain.invocations import CONFIRMED_ON_DEVICE, Invocation, Status
 from tapgate.domain.pairing import Pairing
 from tapgate.domain.push import OutboxItem
@@ -39,6 +40,9 @@ class _State:
     outbox: dict[tuple[str, str], OutboxItem] = field(default_factory=dict)
     approvals: dict[tuple[str, str], Approval] = field(default_factory=dict)
     pauses: dict[tuple[str, str, str], datetime] = field(default_factory=dict)
+    receipts: dict[tuple[str, str, str, str], Receipt] = field(default_factory=dict)
+    counters: dict[tuple[str, str, str], int] = field(default_factory=dict)
+    triage: dict[tuple[str, str, str], Triage] = field(default_factory=dict)
 
     def copy(self) -> _State:
         return _State(
@@ -55,6 +59,9 @@ class _State:
             dict(self.outbox),
             dict(self.approvals),
             dict(self.pauses),
+            dict(self.receipts),
+            dict(self.counters),
+            dict(self.triage),
         )
 
 
@@ -99,6 +106,7 @@ class MemoryUnitOfWork:
         self.outbox = _Outbox(state, tenant_id)
         self.approvals = _Approvals(state, tenant_id)
         self.pauses = _Pauses(state, tenant_id)
+        self.ingests = _Ingests(state, tenant_id)
         self.keys: list[str] = []
 
     def notify(self, key: str) -> None:
@@ -397,3 +405,40 @@ class _Pauses(_Repo):
 
     async def paused_until(self, user_id: str, agent_id: str) -> datetime | None:
         return self.state.pauses.get((self.tenant_id, user_id, agent_id))
+
+
+class _Ingests(_Repo):
+    async def receipt(self, device_uid: str, channel: str, digest: str) -> Receipt | None:
+        return self.state.receipts.get((self.tenant_id, device_uid, channel, digest))
+
+    async def add_receipt(
+        self,
+        device_uid: str,
+        channel: str,
+        digest: str,
+        receipt: Receipt,
+        received_at: datetime,
+        at: datetime,
+    ) -> None:
+        key = (self.tenant_id, device_uid, channel, digest)
+        if key in self.state.receipts:
+            raise Conflict("This message was received already.")
+        self.state.receipts[key] = receipt
+
+    async def take(self, device_uid: str, day: str, cap: int) -> bool:
+        key = (self.tenant_id, device_uid, day)
+        if self.state.counters.get(key, 0) >= cap:
+            return False
+        self.state.counters[key] = self.state.counters.get(key, 0) + 1
+        return True
+
+    async def triage(self, device_uid: str, channel: str) -> Triage | None:
+        return self.state.triage.get((self.tenant_id, device_uid, channel))
+
+    async def set_triage(
+        self, device_uid: str, channel: str, user_id: str, triage: Triage, replace: bool
+    ) -> None:
+        key = (self.tenant_id, device_uid, channel)
+        if key in self.state.triage and not replace:
+            raise Conflict("The triage session is pinned already.")
+        self.state.triage[key] = triage

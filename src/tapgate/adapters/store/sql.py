@@ -29,6 +29,7 @@ from tapgate.domain.devices import Declared, Device, DeviceStatus, PushTarget, p
 from tapgate.domain.errors import Conflict, StorageError
 from tapgate.domain.events import Event, EventValue
 from tapgate.domain.inbox import Approval, ApprovalStatus
+from tapgate.domain.ingest import Receipt, Triage
 from tapgate.domain.invocations import CONFIRMED_ON_DEVICE, OPEN, Invocation, Status
 from tapgate.domain.keys import KeyAlgorithm
 from tapgate.domain.pairing import Pairing, PairingStatus
@@ -153,6 +154,7 @@ class SqlUnitOfWork:
         self.outbox = _Outbox(conn, tenant_id)
         self.approvals = _Approvals(conn, tenant_id)
         self.pauses = _Pauses(conn, tenant_id)
+        self.ingests = _Ingests(conn, tenant_id)
         self.keys: list[str] = []
 
     def notify(self, key: str) -> None:
@@ -873,6 +875,105 @@ class _Pauses(_Repo):
             select(c.until).where(c.tenant_id == self.tenant_id, c.user_id == user_id, c.agent_id == agent_id)
         )
         return until if isinstance(until, datetime) else None
+
+
+class _Ingests(_Repo):
+    async def receipt(self, device_uid: str, channel: str, digest: str) -> Receipt | None:
+        c = t.ingest_receipts.c
+        r = (
+            await self.conn.execute(
+                select(c.receipt_id, c.session_id, c.event_seq).where(
+                    c.tenant_id == self.tenant_id,
+                    c.device_uid == device_uid,
+                    c.channel == channel,
+                    c.digest == digest,
+                )
+            )
+        ).first()
+        return None if r is None else Receipt(r.receipt_id, r.session_id, r.event_seq)
+
+    async def add_receipt(
+        self,
+        device_uid: str,
+        channel: str,
+        digest: str,
+        receipt: Receipt,
+        received_at: datetime,
+        at: datetime,
+    ) -> None:
+        row = {
+            "tenant_id": self.tenant_id,
+            "device_uid": device_uid,
+            "channel": channel,
+            "digest": digest,
+            "receipt_id": receipt.receipt_id,
+            "received_at": received_at,
+            "accepted_at": at,
+            "session_id": receipt.session_id,
+            "event_seq": receipt.event_seq,
+        }
+        await self._insert(t.ingest_receipts, row, "This message was received already.")
+
+    async def take(self, device_uid: str, day: str, cap: int) -> bool:
+        c = t.ingest_counters.c
+        where = (c.tenant_id == self.tenant_id, c.device_uid == device_uid, c.day == day)
+        for _ in range(3):
+            # The row lock makes the check and the count one step: the cap is exact under concurrency.
+            counted = await self.conn.execute(
+                update(t.ingest_counters).where(*where, c.count < cap).values(count=c.count + 1)
+            )
+            if counted.rowcount:
+                return True
+            current = await self.conn.scalar(select(c.count).where(*where))
+            if current is not None:
+                if current >= cap:
+                    return False
+                continue  # the day's row appeared between the two statements: count on it
+            if cap <= 0:
+                return False
+            try:
+                async with self.conn.begin_nested():
+                    await self.conn.execute(
+                        insert(t.ingest_counters).values(
+                            tenant_id=self.tenant_id, device_uid=device_uid, day=day, count=1
+                        )
+                    )
+            except IntegrityError:
+                continue  # another message made the day's row first
+            return True
+        return False
+
+    async def triage(self, device_uid: str, channel: str) -> Triage | None:
+        c = t.triage_sessions.c
+        r = (
+            await self.conn.execute(
+                select(c.session_id, c.last_message_at).where(
+                    c.tenant_id == self.tenant_id, c.device_uid == device_uid, c.channel == channel
+                )
+            )
+        ).first()
+        return None if r is None else Triage(r.session_id, r.last_message_at)
+
+    async def set_triage(
+        self, device_uid: str, channel: str, user_id: str, triage: Triage, replace: bool
+    ) -> None:
+        c = t.triage_sessions.c
+        if replace:
+            await self.conn.execute(
+                update(t.triage_sessions)
+                .where(c.tenant_id == self.tenant_id, c.device_uid == device_uid, c.channel == channel)
+                .values(session_id=triage.session_id, last_message_at=triage.last_message_at)
+            )
+            return
+        row = {
+            "tenant_id": self.tenant_id,
+            "device_uid": device_uid,
+            "channel": channel,
+            "user_id": user_id,
+            "session_id": triage.session_id,
+            "last_message_at": triage.last_message_at,
+        }
+        await self._insert(t.triage_sessions, row, "The triage session is pinned already.")
 
 
 class _Events(_Repo):

@@ -325,5 +325,53 @@ agent_pauses = Table(
     ForeignKeyConstraint(["tenant_id", "user_id"], ["users.tenant_id", "users.user_id"], ondelete="CASCADE"),
 )
 
+ingest_receipts = Table(
+    "ingest_receipts",
+    metadata,
+    Column("tenant_id", String(40), primary_key=True),
+    Column("device_uid", String(16), primary_key=True),
+    Column("channel", String(16), primary_key=True),
+    Column("digest", String(64), primary_key=True),
+    Column("receipt_id", String(40), nullable=False),
+    Column("received_at", UtcDateTime, nullable=False),  # the device's word, used only in the digest
+    Column("accepted_at", UtcDateTime, nullable=False),
+    Column("session_id", String(100), nullable=False),
+    Column("event_seq", BigInteger, nullable=False),
+    ForeignKeyConstraint(
+        ["tenant_id", "device_uid"], ["devices.tenant_id", "devices.device_uid"], ondelete="CASCADE"
+    ),
+)
+
+ingest_counters = Table(
+    "ingest_counters",
+    metadata,
+    Column("tenant_id", String(40), primary_key=True),
+    Column("device_uid", String(16), primary_key=True),
+    Column("day", String(10), primary_key=True),  # the server's UTC day
+    Column("count", Integer, nullable=False),
+    ForeignKeyConstraint(
+        ["tenant_id", "device_uid"], ["devices.tenant_id", "devices.device_uid"], ondelete="CASCADE"
+    ),
+)
+
+triage_sessions = Table(
+    "triage_sessions",
+    metadata,
+    Column("tenant_id", String(40), primary_key=True),
+    Column("device_uid", String(16), primary_key=True),
+    Column("channel", String(16), primary_key=True),
+    Column("user_id", String(40), nullable=False),
+    Column("session_id", String(100), nullable=False),
+    Column("last_message_at", UtcDateTime, nullable=False),
+    ForeignKeyConstraint(
+        ["tenant_id", "device_uid"], ["devices.tenant_id", "devices.device_uid"], ondelete="CASCADE"
+    ),
+    ForeignKeyConstraint(
+        ["tenant_id", "user_id", "session_id"],
+        ["sessions.tenant_id", "sessions.user_id", "sessions.session_id"],
+        ondelete="CASCADE",
+    ),
+)
+
 TENANT_TABLES = tuple(t.name for t in metadata.sorted_tables)
 APPEND_ONLY_TABLES = ("audit_entries",)

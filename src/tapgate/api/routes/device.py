@@ -12,6 +12,8 @@ from tapgate.api.schemas import (
     DeviceAnswer,
     DeviceInvocation,
     DeviceInvocations,
+    IngestBody,
+    Ingested,
     ResultAccepted,
     ResultBody,
 )
@@ -52,3 +54,15 @@ async def pending(
 async def answer(invocation_id: str, body: ResultBody, device: DeviceDep, gw: GatewayDep) -> ResultAccepted:
     answered = await gw.device_answer(device, invocation_id, body.status, body.message)
     return ResultAccepted(id=answered.invocation_id, status=answered.status.value)
+
+
+@router.post(
+    "/ingest",
+    status_code=202,
+    response_model=Ingested,
+    summary="Forward a received SMS: kept once, capped per UTC day, routed to triage as untrusted",
+    responses={429: {"description": "Past the device's daily cap; Retry-After says when it resets"}},
+)
+async def ingest(body: IngestBody, device: DeviceDep, gw: GatewayDep) -> Ingested:
+    done = await gw.ingest(device, body.channel, body.sender, body.body, body.received_at)
+    return Ingested(receipt=done.receipt, duplicate=done.duplicate, session_id=done.session_id)
