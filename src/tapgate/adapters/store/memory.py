@@ -15,7 +15,7 @@ from tapgate.adapters.wake.local import LocalWake
 from tapgate.domain.accounts import Credential, Tenant, User
 from tapgate.domain.audit import GENESIS, AuditEntry, AuditRecord, chain_entry
 from tapgate.domain.devices import Declared, Device, DeviceStatus
-from tapgate.domain.errors import Conflict, StorageError
+from tapgate.domain.errors import Conflict, DuplicateInvocation, StorageError
 from tapgate.domain.events import Event, EventValue
 from tapgate.domain.inbox import Approval, ApprovalStatus
 from tapgate.domain.ingest import Receipt, Triage
@@ -282,7 +282,7 @@ class _Invocations(_Repo):
         self._own(invocation.tenant_id)
         key = (invocation.tenant_id, invocation.invocation_id)
         if key in self.state.invocations:
-            raise Conflict(f"Invocation {invocation.invocation_id!r} exists already.")
+            raise DuplicateInvocation(f"Invocation {invocation.invocation_id!r} exists already.")
         self.state.invocations[key] = invocation
 
     async def get(self, invocation_id: str) -> Invocation | None:

@@ -6,19 +6,20 @@ row-level security hides every other tenant's rows even from a query that forgot
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
+import functools
 import json
 import logging
 from collections.abc import AsyncIterator, Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
-from sqlalchemy import delete, event, func, insert, select, text, update
+from sqlalchemy import delete, func, insert, select, text, update
 from sqlalchemy.exc import DBAPIError, IntegrityError
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from tapgate.adapters.store import tables as t
+from tapgate.adapters.store.sqlite import SqliteDatabase
 from tapgate.adapters.store.urls import engine_url
 from tapgate.adapters.wake.local import LocalWake
 from tapgate.adapters.wake.postgres import CHANNEL
@@ -26,7 +27,7 @@ from tapgate.domain.accounts import Credential, Tenant, User
 from tapgate.domain.approvals import SignBlock
 from tapgate.domain.audit import GENESIS, AuditEntry, AuditRecord, chain_entry
 from tapgate.domain.devices import Declared, Device, DeviceStatus, PushTarget, parse_capability
-from tapgate.domain.errors import Conflict, StorageError
+from tapgate.domain.errors import Conflict, DuplicateInvocation, StorageError
 from tapgate.domain.events import Event, EventValue
 from tapgate.domain.inbox import Approval, ApprovalStatus
 from tapgate.domain.ingest import Receipt, Triage
@@ -40,15 +41,30 @@ from tapgate.domain.sessions import Session, SessionKind
 log = logging.getLogger(__name__)
 
 
-class SqlStore:
-    """One engine, one unit of work per transaction. Build it with :func:`open_sql_store`."""
+class Conn(Protocol):
+    """What the repositories need of a connection (SQLAlchemy's AsyncConnection, or SQLite's inline one)."""
 
-    def __init__(self, engine: AsyncEngine, wake: LocalWake | None = None) -> None:
+    async def execute(self, statement: Any, parameters: Any = None) -> Any: ...
+
+    async def scalar(self, statement: Any, parameters: Any = None) -> Any: ...
+
+    def begin_nested(self) -> Any: ...
+
+
+class SqlStore:
+    """One database, one unit of work per transaction. Build it with :func:`open_sql_store`.
+
+    PostgreSQL runs through asyncpg's pool; SQLite through one connection on the event loop's thread
+    (see ``sqlite.py``). Both run the same statements.
+    """
+
+    def __init__(
+        self, engine: AsyncEngine | None, wake: LocalWake | None = None, sqlite: SqliteDatabase | None = None
+    ) -> None:
         self.engine = engine
+        self.sqlite = sqlite
         self.wake = wake or LocalWake()
-        self.is_postgres = engine.dialect.name == "postgresql"
-        # SQLite has one writer at a time; queueing writers here keeps them off the busy-wait.
-        self._sqlite_writer = None if self.is_postgres else asyncio.Lock()
+        self.is_postgres = sqlite is None
 
     @contextlib.asynccontextmanager
     async def unit_of_work(self, tenant_id: str) -> AsyncIterator[SqlUnitOfWork]:
@@ -61,45 +77,55 @@ class SqlStore:
 
     @contextlib.asynccontextmanager
     async def _transaction(self, tenant_id: str) -> AsyncIterator[SqlUnitOfWork]:
-        async with contextlib.AsyncExitStack() as stack:
-            if self._sqlite_writer is not None:
-                await stack.enter_async_context(self._sqlite_writer)
-            try:
-                conn = await stack.enter_async_context(self.engine.begin())
-                if self.is_postgres:
-                    await conn.execute(
-                        text("SELECT set_config('app.tenant_id', :tenant, true)"), {"tenant": tenant_id}
-                    )
+        try:
+            if self.sqlite is not None:
+                async with self.sqlite.transaction() as inline:
+                    yield SqlUnitOfWork(inline, tenant_id)
+                return
+            assert self.engine is not None
+            async with self.engine.begin() as conn:
+                await conn.execute(
+                    text("SELECT set_config('app.tenant_id', :tenant, true)"), {"tenant": tenant_id}
+                )
                 uow = SqlUnitOfWork(conn, tenant_id)
                 yield uow
-                if uow.keys and self.is_postgres:
+                if uow.keys:
                     # Delivered to every listening process exactly when this transaction commits.
                     await conn.execute(
                         text("SELECT pg_notify(:channel, k) FROM unnest(CAST(:keys AS text[])) AS k"),
                         {"channel": CHANNEL, "keys": list(uow.keys)},
                     )
-            except DBAPIError as e:
-                # The driver's message can quote row contents: log its class only.
-                log.error("storage error", extra={"error": type(e.orig).__name__})
-                raise StorageError("The database failed; try again, and check the server's health.") from e
+        except DBAPIError as e:
+            # The driver's message can quote row contents: log its class only.
+            log.error("storage error", extra={"error": type(e.orig).__name__})
+            raise StorageError("The database failed; try again, and check the server's health.") from e
 
     async def tenant_ids(self) -> Sequence[str]:
+        if self.sqlite is not None:
+            async with self.sqlite.reading() as inline:
+                rows = await inline.execute(select(t.tenants.c.tenant_id).order_by(t.tenants.c.tenant_id))
+                return [r[0] for r in rows]
+        assert self.engine is not None
         async with self.engine.connect() as conn:
-            if self.is_postgres:
-                rows = await conn.execute(text("SELECT tapgate_tenant_ids()"))
-            else:
-                rows = await conn.execute(select(t.tenants.c.tenant_id).order_by(t.tenants.c.tenant_id))
-            return [r[0] for r in rows]
+            return [r[0] for r in await conn.execute(text("SELECT tapgate_tenant_ids()"))]
 
     async def ping(self) -> None:
         try:
+            if self.sqlite is not None:
+                async with self.sqlite.reading() as inline:
+                    await inline.execute(text("SELECT 1"))
+                return
+            assert self.engine is not None
             async with self.engine.connect() as conn:
                 await conn.execute(text("SELECT 1"))
         except (DBAPIError, OSError) as e:
             raise StorageError("The database cannot be reached.") from e
 
     async def close(self) -> None:
-        await self.engine.dispose()
+        if self.sqlite is not None:
+            self.sqlite.close()
+        if self.engine is not None:
+            await self.engine.dispose()
 
 
 def _quiet_drivers() -> None:
@@ -110,37 +136,17 @@ def _quiet_drivers() -> None:
 
 
 def open_sql_store(database_url: str, pool_size: int = 10, wake: LocalWake | None = None) -> SqlStore:
-    """An engine for ``database_url`` with tapgate's connection settings."""
+    """A store for ``database_url`` with tapgate's connection settings."""
     _quiet_drivers()
     url = engine_url(database_url)
     if url.get_backend_name() == "sqlite":
-        engine = create_async_engine(url, connect_args={"timeout": 30})
-        _tune_sqlite(engine)
-    else:
-        engine = create_async_engine(url, pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True)
+        return SqlStore(None, wake, SqliteDatabase(url))
+    engine = create_async_engine(url, pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True)
     return SqlStore(engine, wake)
 
 
-def _tune_sqlite(engine: AsyncEngine) -> None:
-    @event.listens_for(engine.sync_engine, "connect")
-    def _on_connect(dbapi_conn: Any, _record: Any) -> None:
-        # Let SQLAlchemy's "begin" event issue BEGIN IMMEDIATE instead of pysqlite's deferred BEGIN,
-        # so two writers never deadlock upgrading read locks.
-        dbapi_conn.isolation_level = None
-        cursor = dbapi_conn.cursor()
-        cursor.execute("PRAGMA journal_mode=WAL")
-        cursor.execute("PRAGMA synchronous=NORMAL")
-        cursor.execute("PRAGMA foreign_keys=ON")
-        cursor.execute("PRAGMA busy_timeout=30000")
-        cursor.close()
-
-    @event.listens_for(engine.sync_engine, "begin")
-    def _on_begin(conn: Any) -> None:
-        conn.exec_driver_sql("BEGIN IMMEDIATE")
-
-
 class SqlUnitOfWork:
-    def __init__(self, conn: AsyncConnection, tenant_id: str) -> None:
+    def __init__(self, conn: Conn, tenant_id: str) -> None:
         self.tenant_id = tenant_id
         self.tenants = _Tenants(conn, tenant_id)
         self.users = _Users(conn, tenant_id)
@@ -163,25 +169,33 @@ class SqlUnitOfWork:
 
 
 class _Repo:
-    def __init__(self, conn: AsyncConnection, tenant_id: str) -> None:
+    def __init__(self, conn: Conn, tenant_id: str) -> None:
         self.conn = conn
         self.tenant_id = tenant_id
 
     async def _insert(self, table: Any, row: dict[str, Any], conflict: str) -> None:
+        # No savepoint: a conflict ends the whole unit of work, so nothing after it needs the transaction.
         try:
-            async with self.conn.begin_nested():
-                await self.conn.execute(insert(table).values(row))
+            await self.conn.execute(_insert_into(table), row)
         except IntegrityError as e:
             if _is_unique_violation(e):
                 raise Conflict(conflict) from e
             raise StorageError("A row refers to something that does not exist in this tenant.") from e
 
 
+@functools.cache
+def _insert_into(table: Any) -> Any:
+    """One INSERT statement per table, built once: the values come as parameters."""
+    return insert(table)
+
+
 class _Tenants(_Repo):
     async def add(self, tenant: Tenant) -> None:
         row = {"tenant_id": tenant.tenant_id, "name": tenant.name, "created_at": tenant.created_at}
         await self._insert(t.tenants, row, f"A tenant named {tenant.tenant_id!r} exists; pick another name.")
-        await self.conn.execute(insert(t.audit_heads).values(tenant_id=tenant.tenant_id, seq=0, hash=GENESIS))
+        await self.conn.execute(
+            _insert_into(t.audit_heads), {"tenant_id": tenant.tenant_id, "seq": 0, "hash": GENESIS}
+        )
 
     async def get(self) -> Tenant | None:
         row = (
@@ -508,13 +522,14 @@ class _Sessions(_Repo):
         )
         if changed.rowcount == 0:
             await self.conn.execute(
-                insert(t.sessions).values(
+                _insert_into(t.sessions),
+                dict(
                     tenant_id=session.tenant_id,
                     user_id=session.user_id,
                     session_id=session.session_id,
                     created_at=session.created_at,
                     **values,
-                )
+                ),
             )
 
     async def add_message(
@@ -530,15 +545,16 @@ class _Sessions(_Repo):
         )
         seq = int(last or 0) + 1
         await self.conn.execute(
-            insert(t.session_messages).values(
-                tenant_id=self.tenant_id,
-                user_id=session.user_id,
-                session_id=session.session_id,
-                seq=seq,
-                device_uid=device_uid,
-                capabilities=json.dumps(list(capabilities)),
-                created_at=at,
-            )
+            _insert_into(t.session_messages),
+            {
+                "tenant_id": self.tenant_id,
+                "user_id": session.user_id,
+                "session_id": session.session_id,
+                "seq": seq,
+                "device_uid": device_uid,
+                "capabilities": json.dumps(list(capabilities)),
+                "created_at": at,
+            },
         )
         return seq
 
@@ -600,7 +616,10 @@ class _Invocations(_Repo):
             "binding_code": i.binding_code,
             "approval_id": i.approval_id,
         }
-        await self._insert(t.invocations, row, f"Invocation {i.invocation_id!r} exists already.")
+        try:
+            await self._insert(t.invocations, row, f"Invocation {i.invocation_id!r} exists already.")
+        except Conflict as e:
+            raise DuplicateInvocation(e.message) from e
 
     async def get(self, invocation_id: str) -> Invocation | None:
         c = t.invocations.c
@@ -714,19 +733,20 @@ class _Invocations(_Repo):
 class _Outbox(_Repo):
     async def add(self, item: OutboxItem) -> None:
         await self.conn.execute(
-            insert(t.push_outbox).values(
-                tenant_id=item.tenant_id,
-                delivery_id=item.delivery_id,
-                device_uid=item.device_uid,
-                event=item.event,
-                subject_id=item.subject_id,
-                status=item.status,
-                attempts=item.attempts,
-                not_before=item.not_before,
-                claimed_until=item.claimed_until,
-                created_at=item.created_at,
-                finished_at=item.finished_at,
-            )
+            _insert_into(t.push_outbox),
+            {
+                "tenant_id": item.tenant_id,
+                "delivery_id": item.delivery_id,
+                "device_uid": item.device_uid,
+                "event": item.event,
+                "subject_id": item.subject_id,
+                "status": item.status,
+                "attempts": item.attempts,
+                "not_before": item.not_before,
+                "claimed_until": item.claimed_until,
+                "created_at": item.created_at,
+                "finished_at": item.finished_at,
+            },
         )
 
     async def for_subject(self, subject_id: str) -> Sequence[OutboxItem]:
@@ -785,28 +805,29 @@ class _Approvals(_Repo):
     async def add(self, approval: Approval) -> None:
         a = approval
         await self.conn.execute(
-            insert(t.approvals).values(
-                tenant_id=a.tenant_id,
-                approval_id=a.approval_id,
-                user_id=a.user_id,
-                agent_id=a.agent_id,
-                invocation_id=a.invocation_id,
-                kind=a.kind,
-                subject=a.subject,
-                prompt=a.prompt,
-                preview=json.dumps(dict(a.preview), sort_keys=True),
-                sign_format=a.sign.format,
-                challenge=a.sign.challenge,
-                sign_expires_at=a.sign.expires_at,
-                action_sha256=a.sign.action_sha256,
-                algorithms=" ".join(a.sign.algorithms),
-                binding_code=a.binding_code,
-                status=a.status.value,
-                created_at=a.created_at,
-                expires_at=a.expires_at,
-                decided_at=a.decided_at,
-                decided_by=a.decided_by,
-            )
+            _insert_into(t.approvals),
+            {
+                "tenant_id": a.tenant_id,
+                "approval_id": a.approval_id,
+                "user_id": a.user_id,
+                "agent_id": a.agent_id,
+                "invocation_id": a.invocation_id,
+                "kind": a.kind,
+                "subject": a.subject,
+                "prompt": a.prompt,
+                "preview": json.dumps(dict(a.preview), sort_keys=True),
+                "sign_format": a.sign.format,
+                "challenge": a.sign.challenge,
+                "sign_expires_at": a.sign.expires_at,
+                "action_sha256": a.sign.action_sha256,
+                "algorithms": " ".join(a.sign.algorithms),
+                "binding_code": a.binding_code,
+                "status": a.status.value,
+                "created_at": a.created_at,
+                "expires_at": a.expires_at,
+                "decided_at": a.decided_at,
+                "decided_by": a.decided_by,
+            },
         )
 
     async def get(self, approval_id: str) -> Approval | None:
@@ -864,9 +885,8 @@ class _Pauses(_Repo):
         )
         if not changed.rowcount:
             await self.conn.execute(
-                insert(t.agent_pauses).values(
-                    tenant_id=self.tenant_id, user_id=user_id, agent_id=agent_id, until=until
-                )
+                _insert_into(t.agent_pauses),
+                {"tenant_id": self.tenant_id, "user_id": user_id, "agent_id": agent_id, "until": until},
             )
 
     async def paused_until(self, user_id: str, agent_id: str) -> datetime | None:
@@ -934,9 +954,8 @@ class _Ingests(_Repo):
             try:
                 async with self.conn.begin_nested():
                     await self.conn.execute(
-                        insert(t.ingest_counters).values(
-                            tenant_id=self.tenant_id, device_uid=device_uid, day=day, count=1
-                        )
+                        _insert_into(t.ingest_counters),
+                        {"tenant_id": self.tenant_id, "device_uid": device_uid, "day": day, "count": 1},
                     )
             except IntegrityError:
                 continue  # another message made the day's row first
@@ -988,14 +1007,15 @@ class _Events(_Repo):
         if seq is None:
             raise StorageError(f"Tenant {self.tenant_id!r} has no event counter; was it created?")
         await self.conn.execute(
-            insert(t.events).values(
-                tenant_id=self.tenant_id,
-                seq=seq,
-                user_id=user_id,
-                type=type,
-                data=json.dumps(dict(data), sort_keys=True),
-                created_at=at,
-            )
+            _insert_into(t.events),
+            {
+                "tenant_id": self.tenant_id,
+                "seq": seq,
+                "user_id": user_id,
+                "type": type,
+                "data": json.dumps(dict(data), sort_keys=True),
+                "created_at": at,
+            },
         )
         return int(seq)
 
@@ -1022,19 +1042,20 @@ class _Journal(_Repo):
             raise StorageError(f"Tenant {self.tenant_id!r} has no audit journal; was it created?")
         entry = chain_entry(self.tenant_id, head.seq + 1, at, record, head.hash)
         await self.conn.execute(
-            insert(t.audit_entries).values(
-                tenant_id=entry.tenant_id,
-                seq=entry.seq,
-                at=entry.at,
-                action=entry.action,
-                actor=entry.actor,
-                outcome=entry.outcome,
-                subject=entry.subject,
-                reason=entry.reason,
-                data=json.dumps(dict(entry.data), sort_keys=True),
-                prev_hash=entry.prev_hash,
-                hash=entry.hash,
-            )
+            _insert_into(t.audit_entries),
+            {
+                "tenant_id": entry.tenant_id,
+                "seq": entry.seq,
+                "at": entry.at,
+                "action": entry.action,
+                "actor": entry.actor,
+                "outcome": entry.outcome,
+                "subject": entry.subject,
+                "reason": entry.reason,
+                "data": json.dumps(dict(entry.data), sort_keys=True),
+                "prev_hash": entry.prev_hash,
+                "hash": entry.hash,
+            },
         )
         await self.conn.execute(
             update(t.audit_heads).where(h.tenant_id == self.tenant_id).values(seq=entry.seq, hash=entry.hash)
