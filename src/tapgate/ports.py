@@ -197,6 +197,9 @@ class Journal(Protocol):
     async def read(self, after: int, limit: int) -> Sequence[AuditEntry]:
         """Entries with ``seq > after`` in order, at most ``limit``."""
 
+    async def head(self) -> tuple[int, str] | None:
+        """The last entry's number and hash as the chain's head records them; None for no tenant."""
+
 
 class UnitOfWork(Protocol):
     """One transaction in one tenant; leaving the block commits it, an exception rolls it back."""

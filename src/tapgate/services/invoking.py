@@ -516,7 +516,11 @@ async def announce(uow: UnitOfWork, invocation: Invocation, action: str, actor: 
 async def fail_open(uow: UnitOfWork, device_uid: str, actor: str, now: datetime) -> None:
     """A revoked device's open invocations resolve ``failed`` at once, and its links are woken."""
     for invocation in await uow.invocations.open_for(device_uid):
-        failed = invocation.answered(Status.FAILED, "the device was removed", now)
+        # The device said nothing: the server's reason goes in ``reason``, never in the device's message.
+        failed = replace(
+            invocation.answered(Status.FAILED, None, now),
+            reason="[deny] the device was removed before it answered",
+        )
         if await uow.invocations.resolve(failed):
             await announce(uow, failed, "invocation.failed", actor, now)
     uow.notify(device_key(uow.tenant_id, device_uid))

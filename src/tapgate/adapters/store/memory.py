@@ -260,6 +260,12 @@ class _Sessions(_Repo):
 
 
 class _Journal(_Repo):
+    async def head(self) -> tuple[int, str] | None:
+        chain = self.state.audit.get(self.tenant_id)
+        if chain is None:
+            return None
+        return (len(chain), chain[-1].hash if chain else GENESIS)
+
     async def append(self, record: AuditRecord, at: datetime) -> AuditEntry:
         chain = self.state.audit.get(self.tenant_id)
         if chain is None:

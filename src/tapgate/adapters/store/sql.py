@@ -1031,6 +1031,11 @@ class _Events(_Repo):
 
 
 class _Journal(_Repo):
+    async def head(self) -> tuple[int, str] | None:
+        h = t.audit_heads.c
+        row = (await self.conn.execute(select(h.seq, h.hash).where(h.tenant_id == self.tenant_id))).first()
+        return None if row is None else (int(row.seq), str(row.hash))
+
     async def append(self, record: AuditRecord, at: datetime) -> AuditEntry:
         h = t.audit_heads.c
         head = (
