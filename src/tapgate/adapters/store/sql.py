@@ -18,6 +18,7 @@ from sqlalchemy import delete, func, insert, select, text, update
 from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
+from tapgate.adapters.store import queries as q
 from tapgate.adapters.store import tables as t
 from tapgate.adapters.store.sqlite import SqliteDatabase
 from tapgate.adapters.store.urls import engine_url
@@ -26,12 +27,12 @@ from tapgate.adapters.wake.postgres import CHANNEL
 from tapgate.domain.accounts import Credential, Tenant, User
 from tapgate.domain.approvals import SignBlock
 from tapgate.domain.audit import GENESIS, AuditEntry, AuditRecord, chain_entry
-from tapgate.domain.devices import Declared, Device, DeviceStatus, PushTarget, parse_capability
+from tapgate.domain.devices import Capability, Declared, Device, DeviceStatus, PushTarget, parse_capability
 from tapgate.domain.errors import Conflict, DuplicateInvocation, StorageError
 from tapgate.domain.events import Event, EventValue
 from tapgate.domain.inbox import Approval, ApprovalStatus
 from tapgate.domain.ingest import Receipt, Triage
-from tapgate.domain.invocations import CONFIRMED_ON_DEVICE, OPEN, Invocation, Status
+from tapgate.domain.invocations import OPEN, Invocation, Status
 from tapgate.domain.keys import KeyAlgorithm
 from tapgate.domain.pairing import Pairing, PairingStatus
 from tapgate.domain.principals import Scope, TokenKind
@@ -242,12 +243,7 @@ class _Credentials(_Repo):
         await self._insert(t.credentials, row, "That credential exists already.")
 
     async def get(self, credential_id: str) -> Credential | None:
-        c = t.credentials.c
-        row = (
-            await self.conn.execute(
-                select(t.credentials).where(c.tenant_id == self.tenant_id, c.credential_id == credential_id)
-            )
-        ).first()
+        row = (await self.conn.execute(q.CREDENTIAL, {"tenant": self.tenant_id, "id": credential_id})).first()
         if row is None:
             return None
         return _credential(row)
@@ -264,6 +260,12 @@ class _Credentials(_Repo):
 def _is_unique_violation(error: IntegrityError) -> bool:
     sqlstate = getattr(error.orig, "sqlstate", None) or getattr(error.orig, "pgcode", None)
     return sqlstate == "23505" or "UNIQUE constraint failed" in str(error.orig)
+
+
+@functools.lru_cache(maxsize=4096)
+def _stored_capability(definition: str) -> Capability:
+    """A stored capability, parsed once per distinct definition (they were checked on the way in)."""
+    return parse_capability(json.loads(definition), "stored").capability
 
 
 def _credential(row: Any) -> Credential:
@@ -307,27 +309,14 @@ class _Devices(_Repo):
         )
         await self.set_capabilities(device.device_uid, device.capabilities)
 
-    async def _load(self, where: Any) -> list[Device]:
-        c = t.devices.c
-        rows = (
-            await self.conn.execute(
-                select(t.devices)
-                .where(c.tenant_id == self.tenant_id, where)
-                .order_by(c.created_at, c.device_uid)
-            )
-        ).all()
+    async def _load(self, statement: Any, **values: Any) -> list[Device]:
+        rows = (await self.conn.execute(statement, {"tenant": self.tenant_id, **values})).all()
         if not rows:
             return []
-        k = t.capabilities.c
         declared: dict[str, list[Declared]] = {r.device_uid: [] for r in rows}
-        caps = await self.conn.execute(
-            select(k.device_uid, k.definition, k.granted)
-            .where(k.tenant_id == self.tenant_id, k.device_uid.in_(list(declared)))
-            .order_by(k.device_uid, k.position)
-        )
+        caps = await self.conn.execute(q.CAPABILITIES, {"tenant": self.tenant_id, "uids": list(declared)})
         for cap in caps:
-            capability = parse_capability(json.loads(cap.definition), "stored").capability
-            declared[cap.device_uid].append(Declared(capability, cap.granted))
+            declared[cap.device_uid].append(Declared(_stored_capability(cap.definition), cap.granted))
         return [
             Device(
                 tenant_id=r.tenant_id,
@@ -350,19 +339,15 @@ class _Devices(_Repo):
         ]
 
     async def get(self, user_id: str, device_id: str) -> Device | None:
-        c = t.devices.c
-        found = await self._load(
-            (c.user_id == user_id) & (c.device_id == device_id) & (c.status != DeviceStatus.REVOKED.value)
-        )
+        found = await self._load(q.LIVE_DEVICE, user=user_id, device=device_id)
         return found[0] if found else None
 
     async def by_uid(self, device_uid: str) -> Device | None:
-        found = await self._load(t.devices.c.device_uid == device_uid)
+        found = await self._load(q.DEVICE_BY_UID, uid=device_uid)
         return found[0] if found else None
 
     async def list(self, user_id: str) -> Sequence[Device]:
-        c = t.devices.c
-        return await self._load((c.user_id == user_id) & (c.status != DeviceStatus.REVOKED.value))
+        return await self._load(q.LIVE_DEVICES, user=user_id)
 
     async def count_live(self, user_id: str) -> int:
         c = t.devices.c
@@ -404,20 +389,10 @@ class _Devices(_Repo):
         )
 
     async def set_link(self, device_uid: str, until: datetime | None) -> None:
-        c = t.devices.c
-        await self.conn.execute(
-            update(t.devices)
-            .where(c.tenant_id == self.tenant_id, c.device_uid == device_uid)
-            .values(link_until=until)
-        )
+        await self.conn.execute(q.LINK_DEVICE, {"tenant": self.tenant_id, "uid": device_uid, "until": until})
 
     async def touch(self, device_uid: str, at: datetime) -> None:
-        c = t.devices.c
-        await self.conn.execute(
-            update(t.devices)
-            .where(c.tenant_id == self.tenant_id, c.device_uid == device_uid)
-            .values(last_seen_at=at)
-        )
+        await self.conn.execute(q.TOUCH_DEVICE, {"tenant": self.tenant_id, "uid": device_uid, "at": at})
 
 
 class _Pairings(_Repo):
@@ -476,14 +451,8 @@ class _Pairings(_Repo):
 
 class _Sessions(_Repo):
     async def get(self, user_id: str, session_id: str) -> Session | None:
-        c = t.sessions.c
-        r = (
-            await self.conn.execute(
-                select(t.sessions).where(
-                    c.tenant_id == self.tenant_id, c.user_id == user_id, c.session_id == session_id
-                )
-            )
-        ).first()
+        values = {"tenant": self.tenant_id, "user": user_id, "session": session_id}
+        r = (await self.conn.execute(q.SESSION, values)).first()
         if r is None:
             return None
         return Session(
@@ -622,64 +591,35 @@ class _Invocations(_Repo):
             raise DuplicateInvocation(e.message) from e
 
     async def get(self, invocation_id: str) -> Invocation | None:
-        c = t.invocations.c
-        r = (
-            await self.conn.execute(
-                select(t.invocations).where(c.tenant_id == self.tenant_id, c.invocation_id == invocation_id)
-            )
-        ).first()
+        r = (await self.conn.execute(q.INVOCATION, {"tenant": self.tenant_id, "id": invocation_id})).first()
         return None if r is None else _invocation(r)
 
     async def pending_for(self, device_uid: str, limit: int) -> Sequence[Invocation]:
-        c = t.invocations.c
         rows = await self.conn.execute(
-            select(t.invocations)
-            .where(
-                c.tenant_id == self.tenant_id, c.device_uid == device_uid, c.status == Status.PENDING.value
-            )
-            .order_by(c.created_at, c.invocation_id)
-            .limit(limit)
+            q.PENDING_FOR, {"tenant": self.tenant_id, "uid": device_uid, "limit": limit}
         )
         return [_invocation(r) for r in rows]
 
     async def open_for(self, device_uid: str) -> Sequence[Invocation]:
-        c = t.invocations.c
-        rows = await self.conn.execute(
-            select(t.invocations).where(
-                c.tenant_id == self.tenant_id, c.device_uid == device_uid, c.status.in_(OPEN)
-            )
-        )
+        rows = await self.conn.execute(q.OPEN_FOR, {"tenant": self.tenant_id, "uid": device_uid})
         return [_invocation(r) for r in rows]
 
     async def mark_delivered(self, invocation_ids: Sequence[str], at: datetime) -> None:
-        if not invocation_ids:
-            return
-        c = t.invocations.c
-        await self.conn.execute(
-            update(t.invocations)
-            .where(
-                c.tenant_id == self.tenant_id,
-                c.invocation_id.in_(list(invocation_ids)),
-                c.delivered_at.is_(None),
-            )
-            .values(delivered_at=at)
-        )
+        if invocation_ids:
+            values = {"tenant": self.tenant_id, "ids": list(invocation_ids), "at": at}
+            await self.conn.execute(q.MARK_DELIVERED, values)
 
     async def resolve(self, invocation: Invocation) -> bool:
-        c = t.invocations.c
         changed = await self.conn.execute(
-            update(t.invocations)
-            .where(
-                c.tenant_id == self.tenant_id,
-                c.invocation_id == invocation.invocation_id,
-                c.status.in_(OPEN),
-            )
-            .values(
-                status=invocation.status.value,
-                resolved_at=invocation.resolved_at,
-                message=invocation.message,
-                reason=invocation.reason,
-            )
+            q.RESOLVE,
+            {
+                "tenant": self.tenant_id,
+                "id": invocation.invocation_id,
+                "status": invocation.status.value,
+                "resolved_at": invocation.resolved_at,
+                "message": invocation.message,
+                "reason": invocation.reason,
+            },
         )
         return bool(changed.rowcount)
 
@@ -697,15 +637,7 @@ class _Invocations(_Repo):
         return bool(changed.rowcount)
 
     async def count_confirming(self, user_id: str) -> int:
-        c = t.invocations.c
-        count = await self.conn.scalar(
-            select(func.count()).where(
-                c.tenant_id == self.tenant_id,
-                c.user_id == user_id,
-                c.status == Status.PENDING.value,
-                c.capability.in_(CONFIRMED_ON_DEVICE),
-            )
-        )
+        count = await self.conn.scalar(q.COUNT_CONFIRMING, {"tenant": self.tenant_id, "user": user_id})
         return int(count or 0)
 
     async def add_late_report(
@@ -997,13 +929,7 @@ class _Ingests(_Repo):
 
 class _Events(_Repo):
     async def append(self, user_id: str, type: str, data: Mapping[str, EventValue], at: datetime) -> int:
-        h = t.audit_heads.c
-        seq = await self.conn.scalar(
-            update(t.audit_heads)
-            .where(h.tenant_id == self.tenant_id)
-            .values(event_seq=h.event_seq + 1)
-            .returning(h.event_seq)
-        )
+        seq = await self.conn.scalar(q.NEXT_EVENT, {"tenant": self.tenant_id})
         if seq is None:
             raise StorageError(f"Tenant {self.tenant_id!r} has no event counter; was it created?")
         await self.conn.execute(
@@ -1020,29 +946,19 @@ class _Events(_Repo):
         return int(seq)
 
     async def read(self, user_id: str, after: int, limit: int) -> Sequence[Event]:
-        c = t.events.c
         rows = await self.conn.execute(
-            select(t.events)
-            .where(c.tenant_id == self.tenant_id, c.user_id == user_id, c.seq > after)
-            .order_by(c.seq)
-            .limit(limit)
+            q.EVENTS_AFTER, {"tenant": self.tenant_id, "user": user_id, "after": after, "limit": limit}
         )
         return [Event(r.tenant_id, r.seq, r.user_id, r.type, json.loads(r.data), r.created_at) for r in rows]
 
 
 class _Journal(_Repo):
     async def head(self) -> tuple[int, str] | None:
-        h = t.audit_heads.c
-        row = (await self.conn.execute(select(h.seq, h.hash).where(h.tenant_id == self.tenant_id))).first()
+        row = (await self.conn.execute(q.AUDIT_HEAD, {"tenant": self.tenant_id})).first()
         return None if row is None else (int(row.seq), str(row.hash))
 
     async def append(self, record: AuditRecord, at: datetime) -> AuditEntry:
-        h = t.audit_heads.c
-        head = (
-            await self.conn.execute(
-                select(h.seq, h.hash).where(h.tenant_id == self.tenant_id).with_for_update()
-            )
-        ).first()
+        head = (await self.conn.execute(q.AUDIT_HEAD_LOCKED, {"tenant": self.tenant_id})).first()
         if head is None:
             raise StorageError(f"Tenant {self.tenant_id!r} has no audit journal; was it created?")
         entry = chain_entry(self.tenant_id, head.seq + 1, at, record, head.hash)
@@ -1063,7 +979,7 @@ class _Journal(_Repo):
             },
         )
         await self.conn.execute(
-            update(t.audit_heads).where(h.tenant_id == self.tenant_id).values(seq=entry.seq, hash=entry.hash)
+            q.MOVE_AUDIT_HEAD, {"tenant": self.tenant_id, "seq": entry.seq, "hash": entry.hash}
         )
         return entry
 
