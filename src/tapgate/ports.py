@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from datetime import datetime
 from typing import Protocol
@@ -259,6 +259,9 @@ class Wake(Protocol):
     def subscribe(self, key: str) -> AbstractContextManager[asyncio.Event]: ...
 
     def notify(self, key: str) -> None: ...
+
+    def listen(self, callback: Callable[[str | None], None]) -> None:
+        """Also tell ``callback`` every notified key (None: anything may have changed)."""
 
 
 class PushSender(Protocol):
