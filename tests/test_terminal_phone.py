@@ -175,7 +175,7 @@ class RunningPhone:
             [sys.executable, "-m", "tapgate", "device", "run", *args],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
-            stdin=subprocess.DEVNULL,
+            stdin=subprocess.PIPE,
             text=True,
             env=os.environ | {"PYTHONUNBUFFERED": "1", "COLUMNS": "200"},
         )
@@ -208,6 +208,12 @@ class RunningPhone:
             if time.monotonic() > deadline:
                 pytest.fail(f"no line matched {pattern!r} in {seconds} s:\n" + "\n".join(self.lines))
 
+    def say(self, *lines: str) -> None:
+        """Type ``lines`` at the phone's prompts."""
+        assert self.process.stdin is not None
+        self.process.stdin.write("".join(f"{line}\n" for line in lines))
+        self.process.stdin.flush()
+
     def wait(self, seconds: float = LINE_SECONDS) -> int:
         return self.process.wait(timeout=seconds)
 
@@ -220,7 +226,7 @@ class RunningPhone:
         if self.process.poll() is None:
             self.process.kill()
             self.process.wait(timeout=10)
-        for stream in (self.process.stdout, self.process.stderr):
+        for stream in (self.process.stdin, self.process.stdout, self.process.stderr):
             if stream is not None:
                 stream.close()
 
@@ -359,6 +365,34 @@ def test_a_call_without_a_handler_is_simulated_and_says_so(
     call = person.invoke("read_temperature", arguments={}, wait=TIMEOUT)
     assert call["status"] == "done"
     assert call["result"]["message"] == "simulated: this terminal phone has no handler for read_temperature"
+
+
+def test_run_asks_the_person_and_does_what_they_answer(
+    person: Person, run_phone: Callable[..., RunningPhone]
+) -> None:
+    state = person.pair()
+    phone = run_phone("--state", str(state), "--handlers", "tapgate.device.examples")
+    phone.expect("Connected over the WebSocket")
+
+    call = person.invoke(SET_LIGHT, arguments={"on": True, "brightness": 70})
+    phone.expect(rf"Call {call['id']}")
+    phone.say("maybe", "y")  # an answer that is not one is asked again
+    assert person.view(call["id"], wait=TIMEOUT)["result"]["message"] == "the lamp is on at 70%"
+
+    failed = person.invoke(SET_LIGHT, arguments={"on": True})
+    phone.expect(rf"Call {failed['id']}")
+    phone.say("f")
+    view = person.view(failed["id"], wait=TIMEOUT)
+    assert view["status"] == "failed"
+    assert view["result"]["message"] == "the person marked it failed on the device"
+
+    asked = person.invoke("unplug", arguments={})
+    approval = phone.expect(r"Approval (apr_\w+)").group(1)
+    phone.say("d", "Not while I'm away")
+    view = person.view(asked["id"], wait=TIMEOUT)
+    assert view["status"] == "refused"
+    assert view["reason"] == "[policy] the person declined this call: Not while I'm away"
+    phone.expect(rf"decided {approval} denied \(signed by ana-lamp\)")
 
 
 def test_run_auto_declined_declines_without_carrying_out(
