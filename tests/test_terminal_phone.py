@@ -745,6 +745,128 @@ async def test_the_phone_long_polls_when_the_websocket_cannot_connect(person: Pe
     assert "Pair it again" in ending.message
 
 
+async def test_a_card_held_open_does_not_make_the_long_poll_ask_again_and_again(person: Person) -> None:
+    key = generate_key(KeyAlgorithm.P256)
+    polls: list[str] = []
+    answer, paused = asyncio.Event(), asyncio.Event()
+
+    async def count(request: httpx.Request) -> None:
+        if request.url.path == "/v1/device/invocations":
+            polls.append(request.url.path)
+
+    async def decide(call: Call) -> Answer:
+        await answer.wait()  # the person is still reading the card
+        return Answer.DONE
+
+    async def pause(seconds: float) -> None:
+        paused.set()
+        await asyncio.Event().wait()  # until the phone cancels it
+
+    hooks: dict[str, list[Any]] = {"request": [count]}
+    async with httpx.AsyncClient(base_url=person.server.url, timeout=30, event_hooks=hooks) as client:
+        phone = Phone(
+            http=client,
+            device_id="ana-lamp",
+            token=await _enrolled(person, client, key),
+            key=key,
+            connect=Refused(),
+            decide_call=decide,
+            decide_approval=_approve,
+            screen=Screen(),
+            sleep=pause,
+            watch_inbox=False,
+            poll_wait=5,
+        )
+        async with _running(phone):
+            agent = bearer(person.agent)
+            r = await client.post(
+                "/v1/invocations",
+                json={"tool": "device__ana_lamp__set_light", "arguments": {"on": True}},
+                headers=agent,
+            )
+            with anyio.fail_after(LINE_SECONDS):
+                await paused.wait()
+            assert len(polls) == 2  # one brought the call; the next found only it, and waits for the card
+            answer.set()
+            view = await client.get(f"/v1/invocations/{r.json()['id']}?wait={TIMEOUT}", headers=agent)
+            assert view.json()["status"] == "done"
+
+
+class LosingLink:
+    """A link that delivers one call, swallows its answer and drops: the answer never reaches the gateway."""
+
+    def __init__(self, frame: dict[str, Any]) -> None:
+        self.frames = [json.dumps(frame)]
+        self.sent: list[dict[str, Any]] = []
+        self._answered = asyncio.Event()
+
+    async def send(self, message: str) -> None:
+        self.sent.append(json.loads(message))
+        self._answered.set()
+
+    async def recv(self) -> str:
+        if self.frames:
+            return self.frames.pop()
+        await self._answered.wait()
+        raise ConnectionClosed(None, None)
+
+
+async def test_an_answer_lost_with_its_link_is_sent_again_over_http_without_asking_again(
+    person: Person,
+) -> None:
+    key = generate_key(KeyAlgorithm.P256)
+    screen, asked = Screen(), []
+
+    async def decide(call: Call) -> Answer:
+        asked.append(call.id)
+        return Answer.DONE
+
+    async with httpx.AsyncClient(base_url=person.server.url, timeout=TIMEOUT + 10) as client:
+        token = await _enrolled(person, client, key)
+        r = await client.post(
+            "/v1/invocations",
+            json={"tool": "device__ana_lamp__set_light", "arguments": {"on": True}},
+            headers=bearer(person.agent),
+        )
+        call_id = r.json()["id"]
+        frame = {"type": "device:invoke", "callId": call_id, "tool": "device__ana_lamp__set_light",
+                 "capability": SET_LIGHT, "input": {"on": True}}  # fmt: skip
+        losing = LosingLink(frame)
+        links: list[LosingLink] = [losing]
+
+        @asynccontextmanager
+        async def connect(url: str, headers: Mapping[str, str]) -> AsyncIterator[Link]:
+            if not links:
+                raise ConnectionRefusedError(111, "Connection refused")
+            yield links[0]
+            links.clear()
+
+        phone = Phone(
+            http=client,
+            device_id="ana-lamp",
+            token=token,
+            key=key,
+            connect=connect,
+            decide_call=decide,
+            decide_approval=_approve,
+            screen=screen,
+            handlers=load_handlers("tapgate.device.examples"),
+            backoff=Backoff(base=0.05, cap=0.05),
+            watch_inbox=False,
+            poll_wait=5,
+        )
+        async with _running(phone):
+            r = await client.get(f"/v1/invocations/{call_id}?wait={TIMEOUT}", headers=bearer(person.agent))
+            view = r.json()
+            assert view["status"] == "done", view
+            assert view["result"]["message"] == "the lamp is on"
+            await screen.expect(f"answered {call_id} done the lamp is on (accepted)")
+    assert asked == [call_id]  # the person was asked once
+    assert losing.sent == [
+        {"type": "device:result", "callId": call_id, "status": "done", "message": "the lamp is on"}
+    ]
+
+
 class Clock:
     """A clock that moves only when the phone sleeps; records each sleep."""
 

@@ -68,6 +68,7 @@ UNAUTHORIZED_CLOSE = 4401
 REVOKED_CLOSE = 4403
 MESSAGE_MAX = 4000  # the gateway refuses a result message over 4,096 characters
 _CONNECT_ERRORS = (OSError, TimeoutError, InvalidHandshake, InvalidURI)
+_REMEMBERED = 2000  # call and approval ids kept to recognise a second delivery
 
 
 class Link(Protocol):
@@ -221,7 +222,7 @@ class _Unreachable(Exception):
 class _Recent:
     """A bounded set that forgets its oldest entries."""
 
-    def __init__(self, size: int = 2000) -> None:
+    def __init__(self, size: int = _REMEMBERED) -> None:
         self._items: OrderedDict[str, None] = OrderedDict()
         self._size = size
 
@@ -576,7 +577,9 @@ class Phone:
             said = await in_daemon_thread(run, dict(call.arguments))
         except Exception as e:
             return "failed", _said(str(e).strip() or type(e).__name__)
-        return "done", None if said is None else _said(str(said))
+        if said is None:
+            return "done", None
+        return "done", _said(said if isinstance(said, str) else json.dumps(said, default=str))
 
     async def _answer(self, call: Call, status: str, message: str | None) -> None:
         link = self._link
@@ -589,13 +592,17 @@ class Phone:
             except ConnectionClosed:
                 pass
             else:
-                self._unconfirmed[call.id] = (status, message)
-                while len(self._unconfirmed) > 2000:
-                    self._unconfirmed.popitem(last=False)
-                self._finished.add(call.id)
+                self._unconfirmed_answer(call, status, message)
                 self._screen.answered(call, status, message, "sent over the WebSocket")
                 return
         await self._post_result(call, status, message)
+
+    def _unconfirmed_answer(self, call: Call, status: str, message: str | None) -> None:
+        """Keep an answer the gateway has not confirmed: if the call is listed again, it goes again."""
+        self._unconfirmed[call.id] = (status, message)
+        while len(self._unconfirmed) > _REMEMBERED:
+            self._unconfirmed.popitem(last=False)
+        self._finished.add(call.id)
 
     async def _post_result(self, call: Call, status: str, message: str | None) -> None:
         body: dict[str, Any] = {"status": status} | ({"message": message} if message is not None else {})
@@ -615,9 +622,7 @@ class Phone:
             self._finished.add(call.id)
             self._screen.answered(call, status, message, _result_outcome(r))
             return
-        # Kept: if the gateway lists the call again, the same answer goes again.
-        self._unconfirmed[call.id] = (status, message)
-        self._finished.add(call.id)
+        self._unconfirmed_answer(call, status, message)
         self._screen.answered(call, status, message, "not delivered yet: the gateway cannot be reached")
 
     async def _answer_requests(self) -> None:
