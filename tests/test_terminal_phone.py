@@ -9,6 +9,7 @@ loop's core a failing WebSocket, a fake clock and a recording screen.
 from __future__ import annotations
 
 import asyncio
+import io
 import itertools
 import json
 import os
@@ -30,14 +31,17 @@ import anyio
 import httpx
 import pytest
 from cryptography.hazmat.primitives import serialization
+from rich.console import Console
 from websockets.exceptions import ConnectionClosed
 
 from tapgate.adapters.store.migrate import migrate
+from tapgate.device.cards import Screen as CardScreen
 from tapgate.device.examples import LAMP_MANIFEST
 from tapgate.device.handlers import Handlers, load_handlers
 from tapgate.device.keyfile import generate_key
 from tapgate.device.manifest import device_body
 from tapgate.device.phone import Answer, Backoff, Call, Ending, Link, Phone, Request, Verdict
+from tapgate.device.state import StateError, parse_pairing_link
 from tapgate.domain.approvals import Decision
 from tapgate.domain.keys import KeyAlgorithm, canonical_public_key
 from tapgate.domain.vectors import generate_vectors
@@ -978,3 +982,33 @@ def test_handlers_load_from_a_module_a_function_or_a_registry() -> None:
     )
     with pytest.raises(ValueError, match="between 0 and 100"):
         examples.set_light({"on": True, "brightness": -1})
+
+
+@pytest.mark.parametrize(
+    ("link", "gateway"),
+    [
+        ("http://127.0.0.1:8080/app/#pair=tgp_default_0123456789abcdef_" + "a" * 32, "http://127.0.0.1:8080"),
+        (
+            "https://home.example/tapgate/app/#pair=tgp_x_0123456789abcdef_" + "b" * 32,
+            "https://home.example/tapgate",
+        ),
+    ],
+)
+def test_a_pairing_link_names_its_gateway_and_carries_the_code_in_its_fragment(
+    link: str, gateway: str
+) -> None:
+    parsed = parse_pairing_link(link)
+    assert parsed.gateway_url == gateway
+    assert parsed.code == link.split("#pair=")[1]
+    with pytest.raises(StateError, match="#pair="):
+        parse_pairing_link(link.split("#")[0])
+
+
+def test_a_card_shows_control_characters_as_escapes_never_raw() -> None:
+    out = io.StringIO()
+    console = Console(file=out, width=200, color_system=None)
+    call = Call("inv_1", "device__ana_lamp__set_light", SET_LIGHT, {"scene": "warm\x1b[2J\u202e"}, None)
+    CardScreen(console).call(call)
+    shown = out.getvalue()
+    assert "\x1b" not in shown and "\u202e" not in shown
+    assert "warm\\u001b[2J\\u202e" in shown
