@@ -15,6 +15,7 @@ import typer
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
+from tapgate.device.cli import device_app
 from tapgate.domain.audit import BrokenChain
 from tapgate.domain.errors import ConfigurationError, TapgateError
 from tapgate.domain.principals import Principal, TokenKind
@@ -33,6 +34,7 @@ audit_app = typer.Typer(help="The audit journal.", no_args_is_help=True)
 app.add_typer(tenant_app, name="tenant")
 app.add_typer(token_app, name="token")
 app.add_typer(audit_app, name="audit")
+app.add_typer(device_app, name="device")
 
 ConfigOption = Annotated[
     str | None, typer.Option("--config", help="Settings file (default: TAPGATE_CONFIG, else ./tapgate.toml).")
