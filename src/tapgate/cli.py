@@ -299,16 +299,9 @@ def mcp_stdio(
     ] = 60.0,
 ) -> None:
     """An MCP server on stdio that speaks to a running gateway (for desktop assistants and IDE agents)."""
-    import httpx
-
     from tapgate.mcp_server.stdio import serve_stdio
 
-    try:
-        _run(lambda: serve_stdio(url, token, session, wait))
-    except httpx.HTTPError as e:
-        raise fail(
-            f"The gateway at {url} did not answer ({type(e).__name__}); check --url and that it is running."
-        ) from None
+    _run(lambda: serve_stdio(url, token, session, wait))
 
 
 @app.command()

@@ -157,10 +157,11 @@ class Client:
         transport: httpx.AsyncBaseTransport | None = None,
         max_backoff: float = 10.0,
     ) -> None:
+        self.url = url.rstrip("/")
         self._timeout = timeout
         self._max_backoff = max_backoff
         self._http = httpx.AsyncClient(
-            base_url=url.rstrip("/"),
+            base_url=self.url,
             headers={"Authorization": f"Bearer {token}", "User-Agent": f"tapgate-client/{__version__}"},
             timeout=timeout,
             transport=transport,

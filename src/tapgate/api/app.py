@@ -71,7 +71,7 @@ def create_app(gateway: Gateway, max_body_bytes: int = 65_536, mcp_wait: float =
         app.include_router(link.router)
         app.include_router(approvals.router)
         assert mcp is not None
-        app.router.routes.append(Route("/mcp", McpEndpoint(gateway, mcp), include_in_schema=False))
+        app.router.routes.append(Route(McpEndpoint.path, McpEndpoint(gateway, mcp), include_in_schema=False))
     app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
     app.add_middleware(Observe, registry=app.state.metrics)
     return app

@@ -17,11 +17,14 @@ from tapgate.mcp_server.http import McpHttp
 class McpEndpoint:
     """The ASGI app routed at ``/mcp``: authenticate, then hand the request to the MCP server."""
 
+    path = "/mcp"  # the route template the request metrics and the access log name
+
     def __init__(self, gateway: Gateway, mcp: McpHttp) -> None:
         self._gateway = gateway
         self._mcp = mcp
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        scope["route"] = self
         scheme, _, token = Headers(scope=scope).get("authorization", "").partition(" ")
         try:
             if scheme.lower() != "bearer" or not token.strip():

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from typing import Any, Protocol
 
 import anyio
@@ -75,21 +75,42 @@ class LocalBackend:
                 task_status.started()
 
 
+class GatewayUnreachable(TapgateError):
+    """The gateway behind ``tapgate mcp`` did not answer."""
+
+    code = "gateway_unreachable"
+
+
+@contextlib.contextmanager
+def _reaching(url: str) -> Iterator[None]:
+    try:
+        yield
+    except httpx.HTTPError as e:
+        raise GatewayUnreachable(
+            f"The tapgate gateway at {url} did not answer ({type(e).__name__}); check that it is "
+            "running and that the URL is right."
+        ) from e
+
+
 class RemoteBackend:
-    """A running gateway over HTTP, with the agent token the Python client carries."""
+    """A running gateway over HTTP, with the agent token the Python client carries. A gateway that
+    does not answer is GatewayUnreachable, a TapgateError like every other failure."""
 
     def __init__(self, client: Client, session_id: str | None = None) -> None:
         self._client = client
         self._session_id = session_id
 
     async def tools(self) -> list[dict[str, Any]]:
-        return await self._client.tools(self._session_id, format="mcp")
+        with _reaching(self._client.url):
+            return await self._client.tools(self._session_id, format="mcp")
 
     async def invoke(self, tool: str, arguments: Mapping[str, Any], wait: float) -> Invocation:
-        return await self._client.invoke(tool, arguments, session_id=self._session_id, wait=wait)
+        with _reaching(self._client.url):
+            return await self._client.invoke(tool, arguments, session_id=self._session_id, wait=wait)
 
     async def result(self, invocation_id: str, wait: float) -> Invocation:
-        return await self._client.result(invocation_id, wait)
+        with _reaching(self._client.url):
+            return await self._client.result(invocation_id, wait)
 
     async def watch_tools(
         self, on_change: OnChange, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
@@ -114,7 +135,7 @@ class RemoteBackend:
             async for _ in changed:
                 try:
                     current = await self.tools()
-                except (TapgateError, httpx.HTTPError) as e:
+                except TapgateError as e:
                     log.warning("the tool list could not be read", extra={"error": type(e).__name__})
                     continue
                 if current != last:

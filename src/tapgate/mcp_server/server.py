@@ -12,6 +12,7 @@ delivers on the request's stream.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -39,6 +40,8 @@ from tapgate.mcp_server.backends import Backend
 from tapgate.mcp_server.outcomes import RESULT_TOOL, error_result, tool_result
 
 __all__ = ["DEFAULT_WAIT", "RESULT_TOOL", "build_server"]
+
+log = logging.getLogger(__name__)
 
 DEFAULT_WAIT = 60.0  # seconds a tool call is held for the device's (or the person's) answer
 MAX_RESULT_WAIT = 300.0
@@ -144,11 +147,19 @@ def build_server(backend_for: BackendFor, *, wait: float = DEFAULT_WAIT) -> Serv
             return error_result(e.message)
 
     async def watch_on_connection(ctx: ServerRequestContext[Any, Any], _: NotificationParams) -> None:
-        await backend_for(ctx).watch_tools(ctx.session.send_tool_list_changed)
+        try:
+            await backend_for(ctx).watch_tools(ctx.session.send_tool_list_changed)
+        except TapgateError as e:  # an unknown session, a token without tools: its requests say so
+            log.info("the tool list is not watched on this connection", extra={"reason": e.code})
 
     async def listen(
         ctx: ServerRequestContext[Any, Any], params: SubscriptionsListenRequestParams
     ) -> SubscriptionsListenResult:
+        backend = backend_for(ctx)
+        try:
+            await backend.tools()  # an unknown session or a token without tools is this request's error
+        except TapgateError as e:
+            raise _mcp_error(e) from None
         bus = InMemorySubscriptionBus()
 
         async def publish() -> None:
@@ -156,7 +167,7 @@ def build_server(backend_for: BackendFor, *, wait: float = DEFAULT_WAIT) -> Serv
 
         async with anyio.create_task_group() as tg:
             if params.notifications.tools_list_changed:
-                await tg.start(backend_for(ctx).watch_tools, publish)
+                await tg.start(backend.watch_tools, publish)
             try:
                 ended = await ListenHandler(bus)(ctx, params)
             finally:

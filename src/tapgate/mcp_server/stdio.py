@@ -15,8 +15,8 @@ async def serve_stdio(
 ) -> None:
     """Serve on stdin and stdout until stdin closes.
 
-    The gateway is asked for the tool list once before serving, so a bad token (TapgateError) or a
-    gateway that does not answer (httpx.HTTPError) is raised at start, not on the client's first call.
+    The gateway is asked for the tool list once before serving, so a bad token or a gateway that does
+    not answer (GatewayUnreachable) is raised at start as a TapgateError, not on the client's first call.
     """
     async with Client(url, token) as client:
         backend = RemoteBackend(client, session_id)
