@@ -275,3 +275,21 @@ async def test_with_the_device_flags_off_there_is_no_mcp_endpoint(api: httpx.Asy
     r = await api.post("/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "ping"})
     assert r.status_code == 404
     assert json.loads(r.text)["error"]["code"] == "not_found"
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_no_argument_text_reaches_a_log_line(transport: str, live: Live, home: Home) -> None:
+    """Gate G11, through MCP."""
+    secretish = "purple-elephant-4242"
+    with anyio.fail_after(30):
+        async with connect(transport, live, home) as session:
+            sent = await session.call_tool(
+                "device__ana_phone__sms_send", {"to": "+15550001111", "body": f"Meet at {secretish}"}
+            )
+            await session.call_tool("device__desk_lamp__set_light", {"on": secretish})
+
+    assert sent.structured_content["status"] == "pending"  # nobody runs the phone here
+    logs = (
+        live.server.logs() + (live.folder / "tapgate-mcp.log").read_text()
+    )  # the gateway's and tapgate mcp's
+    assert secretish not in logs
