@@ -102,3 +102,22 @@ def test_audit_verify_finds_a_row_altered_in_the_database(tmp_path: Path) -> Non
     bad = _tapgate("audit", "verify", "--config", config, cwd=tmp_path)
     assert bad.returncode == 1
     assert "tenant acme: audit entry 1 was altered" in bad.stderr
+
+
+def test_audit_verify_finds_entries_cut_from_the_end(tmp_path: Path) -> None:
+    assert _tapgate("init", "--dir", str(tmp_path), cwd=tmp_path).returncode == 0
+    config = str(tmp_path / "tapgate.toml")
+    with sqlite3.connect(tmp_path / "tapgate.db") as db:
+        db.execute("DELETE FROM audit_entries WHERE tenant_id = 'default' AND seq = 2")
+    bad = _tapgate("audit", "verify", "--config", config, cwd=tmp_path)
+    assert bad.returncode == 1
+    assert "audit entry 2 is missing" in bad.stderr
+
+
+def test_audit_verify_of_an_unknown_tenant_says_so(tmp_path: Path) -> None:
+    assert _tapgate("init", "--dir", str(tmp_path), cwd=tmp_path).returncode == 0
+    run = _tapgate(
+        "audit", "verify", "--tenant", "nope", "--config", str(tmp_path / "tapgate.toml"), cwd=tmp_path
+    )
+    assert run.returncode == 1
+    assert "no tenant 'nope'" in run.stderr

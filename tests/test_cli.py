@@ -77,13 +77,19 @@ def test_init_writes_settings_with_both_flags_on_and_prints_an_operator_token(
     assert 'relay_secret = "' in text and "vapid_private_key" in text
     assert token.startswith("tgo_default_")
     assert oct(config.stat().st_mode)[-3:] == "600"
+    assert oct((config.parent / "tapgate.db").stat().st_mode)[-3:] == "600"
 
 
 def test_init_refuses_to_overwrite_without_force(initialised: tuple[Path, str]) -> None:
     config, _ = initialised
+    before = config.read_text()
     again = tapgate("init", "--dir", str(config.parent))
     assert again.returncode == 1
     assert "--force" in again.stderr
+    forced = tapgate("init", "--dir", str(config.parent), "--force")
+    assert forced.returncode == 1
+    assert "exists already" in forced.stderr
+    assert config.read_text() == before  # the deployment's secrets are untouched
 
 
 def test_tenant_and_token_commands_print_working_tokens(initialised: tuple[Path, str]) -> None:

@@ -207,3 +207,22 @@ async def test_a_gateway_whose_listener_drops_still_wakes_its_waiters(
     finally:
         a.stop()
         b.stop()
+
+
+@pytest.mark.postgres
+async def test_a_device_revoked_on_one_gateway_fails_its_next_request_on_another(
+    two_gateways: tuple[Server, Server], postgres: PostgresDatabase
+) -> None:
+    """Gate G7 across processes: no gateway keeps trusting a token its peer revoked."""
+    a, b = two_gateways
+    operator = await new_tenant(postgres.app_url)
+    async with (
+        httpx.AsyncClient(base_url=a.url, timeout=30) as on_a,
+        httpx.AsyncClient(base_url=b.url, timeout=30) as on_b,
+    ):
+        _, lamp = await _setup(on_a, operator)
+        for _ in range(3):  # B has seen and remembered the device
+            assert (await on_b.get("/v1/device/invocations", headers=bearer(lamp))).status_code == 200
+        r = await on_a.delete("/v1/users/ana/devices/desk-lamp", headers=bearer(operator))
+        assert r.status_code == 204
+        assert (await on_b.get("/v1/device/invocations", headers=bearer(lamp))).status_code == 401

@@ -113,9 +113,16 @@ def init(
     path = directory / "tapgate.toml"
     if path.exists() and not force:
         raise fail(f"{path} exists; pass --force to overwrite it, or use another --dir.")
-    path.write_text(settings_file_text(Path("tapgate.db")))
-    path.chmod(0o600)
-    settings = _settings(str(path))
+    if (directory / "tapgate.db").exists():
+        raise fail(
+            f"{directory / 'tapgate.db'} exists already: init makes a new deployment. Keep it and its "
+            "tapgate.toml, or move both away first."
+        )
+    # Written beside, and moved into place only when the database and the tenant exist.
+    staged = directory / ".tapgate.toml.new"
+    staged.write_text(settings_file_text(Path("tapgate.db")))
+    staged.chmod(0o600)
+    settings = _settings(str(staged))
 
     async def work() -> str:
         from tapgate.adapters.store.migrate import migrate
@@ -128,7 +135,12 @@ def init(
         finally:
             await gateway.close()
 
-    token = _run(work)
+    try:
+        token = _run(work)
+    finally:
+        if not (directory / "tapgate.db").exists():
+            staged.unlink(missing_ok=True)
+    staged.replace(path)
     typer.echo(f"Wrote {path}; the database is {settings.database_url}.")
     typer.echo("Start the gateway with: tapgate serve --config " + str(path))
     typer.echo("The operator token of tenant 'default' (shown once):")
@@ -234,7 +246,9 @@ def token_create(
         typer.echo("--kind must be user, agent or operator.", err=True)
         raise typer.Exit(2)
     if kind != "operator" and not user:
-        typer.echo(f"A {kind} token acts for a user: pass --user.", err=True)
+        typer.echo(
+            f"{'An' if kind[0] in 'aeiou' else 'A'} {kind} token acts for a user: pass --user.", err=True
+        )
         raise typer.Exit(2)
     settings = _settings(config)
 
@@ -273,7 +287,7 @@ def audit_verify(
 
     counts = _run(work)
     for tenant_id, count in counts.items():
-        typer.echo(f"tenant {tenant_id}: {count} entries, chain intact")
+        typer.echo(f"tenant {tenant_id}: {count} {'entry' if count == 1 else 'entries'}, chain intact")
     tenants = "1 tenant" if len(counts) == 1 else f"{len(counts)} tenants"
     typer.echo(f"The audit journal verifies: {sum(counts.values())} entries in {tenants}.")
 

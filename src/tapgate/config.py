@@ -101,7 +101,7 @@ def config_path(explicit: str | None = None) -> Path | None:
 def load_settings(explicit: str | None = None, **overrides: Any) -> Settings:
     """Read and check the settings once. Raises ConfigurationError naming the key and the reason."""
     path = config_path(explicit)
-    where = str(path) if path else "the environment"
+    where = f"{path} and the TAPGATE_* variables" if path else "the TAPGATE_* variables"
     try:
         settings = _reading(path)(**overrides)
     except ValidationError as e:
@@ -114,7 +114,7 @@ def load_settings(explicit: str | None = None, **overrides: Any) -> Settings:
             problems.append(f"{key}: {reason}")
         raise ConfigurationError(f"Bad settings in {where}: " + "; ".join(problems) + ".") from e
     except ValueError as e:  # a settings file that is not valid TOML
-        raise ConfigurationError(f"{where} is not valid TOML: {e}.") from e
+        raise ConfigurationError(f"{path} is not valid TOML: {e}.") from e
     return _anchor_paths(settings, path.parent if path else Path.cwd())
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import os
 import shutil
 import signal
 import socket
@@ -57,6 +58,7 @@ def _gateway(config: Path, port: int) -> Iterator[subprocess.Popen[str]]:
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
+        env=os.environ | {"TAPGATE_PUBLIC_URL": f"http://127.0.0.1:{port}"},
     )
     try:
         yield process

@@ -33,6 +33,7 @@ from tapgate.services import (
 )
 from tapgate.services.answering import Answered
 from tapgate.services.approving import DecisionBody
+from tapgate.services.authcache import AuthCache
 from tapgate.services.context import Context, Limits
 from tapgate.services.devices import DeviceCaller, NewDevice
 from tapgate.services.expiry import Sweeper, sweep
@@ -68,6 +69,8 @@ class Gateway:
     ) -> None:
         self.ctx = Context(store, clock, wake, limits or Limits(), policies or PolicySet(), device_channel)
         self.public_url = public_url
+        self._auth = AuthCache()
+        wake.listen(self._auth.on_notify)
         self._background = list(background)
         self._sweeper = Sweeper(self.ctx, sweep_seconds)
 
@@ -112,7 +115,12 @@ class Gateway:
         return await accounts.create_operator_token(self.store, self.clock, tenant_id)
 
     async def authenticate(self, token: str) -> Principal:
-        return await accounts.authenticate(self.store, token)
+        cached = None if self.ctx.wake.degraded else self._auth.principal(token)
+        if cached is not None:
+            return cached
+        principal = await accounts.authenticate(self.store, token)
+        self._auth.keep(token, principal)
+        return principal
 
     async def create_user(self, caller: Principal, user_id: str, display_name: str | None) -> User:
         caller.require(TokenKind.OPERATOR)
@@ -166,9 +174,21 @@ class Gateway:
         await devices.revoke(self.store, self.clock, caller, user_id, device_id)
 
     async def authenticate_device(self, token: str) -> DeviceCaller:
-        """Revalidate the device behind a device token on every request, and mark it present."""
+        """Revalidate the device behind a device token on every request, and mark it present.
+
+        A device revalidated moments ago is taken from the cache, which forgets it the moment its
+        tenant's devices change (in any process), so a revoked device still fails its next request."""
+        cached = None if self.ctx.wake.degraded else self._auth.device(token)
+        if cached is not None:
+            return cached
         principal = await self.authenticate(token)
-        return await devices.authenticate_device(self.store, self.clock, principal)
+        caller = await devices.authenticate_device(self.store, self.clock, principal)
+        self._auth.keep(token, principal, caller)
+        return caller
+
+    async def heartbeat(self, caller: DeviceCaller) -> None:
+        """Mark the device present now (other requests mark it at most every half minute)."""
+        await devices.touch(self.store, self.clock, caller)
 
     async def redeclare_capabilities(self, caller: DeviceCaller, entries: object) -> Device:
         devices.require_device_scope(caller, Scope.DEVICE_WRITE)
@@ -267,7 +287,7 @@ class Gateway:
         """A caller of any kind; a device token's device is revalidated (and marked present)."""
         principal = await self.authenticate(token)
         if principal.kind is TokenKind.DEVICE:
-            return (await devices.authenticate_device(self.store, self.clock, principal)).principal
+            return (await self.authenticate_device(token)).principal
         return principal
 
     async def inbox(self, caller: Principal, wait: float = 0) -> Sequence[Approval]:

@@ -11,7 +11,8 @@ import logging
 import sys
 from datetime import UTC, datetime
 
-_STANDARD = set(logging.makeLogRecord({}).__dict__) | {"message", "asctime", "taskName"}
+# uvicorn adds color_message, the same text with terminal colours: never wanted in JSON.
+_STANDARD = set(logging.makeLogRecord({}).__dict__) | {"message", "asctime", "taskName", "color_message"}
 
 
 class JsonFormatter(logging.Formatter):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from datetime import datetime
 from typing import Protocol
@@ -197,6 +197,9 @@ class Journal(Protocol):
     async def read(self, after: int, limit: int) -> Sequence[AuditEntry]:
         """Entries with ``seq > after`` in order, at most ``limit``."""
 
+    async def head(self) -> tuple[int, str] | None:
+        """The last entry's number and hash as the chain's head records them; None for no tenant."""
+
 
 class UnitOfWork(Protocol):
     """One transaction in one tenant; leaving the block commits it, an exception rolls it back."""
@@ -256,6 +259,9 @@ class Wake(Protocol):
     def subscribe(self, key: str) -> AbstractContextManager[asyncio.Event]: ...
 
     def notify(self, key: str) -> None: ...
+
+    def listen(self, callback: Callable[[str | None], None]) -> None:
+        """Also tell ``callback`` every notified key (None: anything may have changed)."""
 
 
 class PushSender(Protocol):

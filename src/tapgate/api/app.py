@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
+from typing import Any
 
 from fastapi import FastAPI
 from prometheus_client import CollectorRegistry
@@ -26,9 +27,24 @@ from tapgate.api.routes import (
     link,
     pairings,
 )
+from tapgate.api.schemas import ErrorBody
 from tapgate.gateway import Gateway
 from tapgate.mcp_server.http import McpHttp
 from tapgate.mcp_server.server import DEFAULT_WAIT
+
+_ERRORS: dict[int | str, dict[str, Any]] = {
+    status: {"model": ErrorBody, "description": text}
+    for status, text in {
+        400: "Malformed: the body is not the JSON this route reads",
+        401: "No token, or one tapgate does not know",
+        403: "The token lacks the kind or scope, or a signature is refused",
+        404: "Unknown, or not yours (the two are never told apart)",
+        409: "Conflict: it exists, or was decided already",
+        413: "The body is too large",
+        422: "A field is invalid; the message names it",
+        429: "A cap or rate; Retry-After says when to try again",
+    }.items()
+}
 
 
 def create_app(gateway: Gateway, max_body_bytes: int = 65_536, mcp_wait: float = DEFAULT_WAIT) -> FastAPI:
@@ -57,19 +73,19 @@ def create_app(gateway: Gateway, max_body_bytes: int = 65_536, mcp_wait: float =
     app.state.metrics = CollectorRegistry()
     errors.install(app)
     app.include_router(health.router)
-    app.include_router(accounts.router)
-    app.include_router(audit.router)
-    app.include_router(agents.router)
-    app.include_router(invocations.router)
-    app.include_router(events.router)
+    app.include_router(accounts.router, responses=_ERRORS)
+    app.include_router(audit.router, responses=_ERRORS)
+    app.include_router(agents.router, responses=_ERRORS)
+    app.include_router(invocations.router, responses=_ERRORS)
+    app.include_router(events.router, responses=_ERRORS)
     app.state.link_metrics = link.LinkMetrics(app.state.metrics)
     if gateway.device_channel:
         # With either device flag off, no device route exists at all (gate G12).
-        app.include_router(devices.router)
-        app.include_router(pairings.router)
-        app.include_router(device.router)
-        app.include_router(link.router)
-        app.include_router(approvals.router)
+        app.include_router(devices.router, responses=_ERRORS)
+        app.include_router(pairings.router, responses=_ERRORS)
+        app.include_router(device.router, responses=_ERRORS)
+        app.include_router(link.router, responses=_ERRORS)
+        app.include_router(approvals.router, responses=_ERRORS)
         assert mcp is not None
         app.router.routes.append(Route(McpEndpoint.path, McpEndpoint(gateway, mcp), include_in_schema=False))
     app.add_middleware(BodyLimit, max_bytes=max_body_bytes)

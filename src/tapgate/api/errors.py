@@ -47,13 +47,17 @@ def _field(loc: tuple[Any, ...]) -> str:
     return ".".join(parts) or "body"
 
 
-def describe_validation(errors: list[dict[str, Any]]) -> tuple[int, str, str]:
+def describe_validation(
+    errors: list[dict[str, Any]], content_type: str = "application/json"
+) -> tuple[int, str, str]:
     """The status, code and sentence for FastAPI's validation errors: the first problem, field named."""
     first = errors[0]
     kind, field = first["type"], _field(tuple(first["loc"]))
     if kind == "json_invalid":
         return 400, "malformed", "The body is not valid JSON; send a JSON object."
     if field == "body" and kind in ("model_attributes_type", "dict_type", "model_type"):
+        if "json" not in content_type:
+            return 400, "malformed", "Send the body as JSON, with the header Content-Type: application/json."
         return 400, "malformed", "The body must be a JSON object."
     if kind == "missing":
         return 422, "invalid", f"{field} is required."
@@ -79,9 +83,10 @@ def install(app: FastAPI) -> None:
         return response
 
     @app.exception_handler(RequestValidationError)
-    async def _validation(_: Request, error: Exception) -> JSONResponse:
+    async def _validation(request: Request, error: Exception) -> JSONResponse:
         assert isinstance(error, RequestValidationError)
-        status, code, message = describe_validation(list(error.errors()))
+        content_type = request.headers.get("content-type", "")
+        status, code, message = describe_validation(list(error.errors()), content_type)
         return error_response(status, code, message)
 
     @app.exception_handler(HTTPException)

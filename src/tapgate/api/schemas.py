@@ -158,7 +158,7 @@ class Paired(BaseModel):
 
 
 class Consent(Request):
-    comparison_code: str = Field(max_length=6, pattern=r"^[0-9]{6}$")
+    comparison_code: str = Field("", max_length=6, pattern=r"^([0-9]{6})?$", description="Needed to approve")
     approved: bool
     grants: list[str] = Field(default_factory=list, max_length=32)
 
@@ -298,3 +298,14 @@ class Ingested(BaseModel):
     receipt: str
     duplicate: bool = Field(description="True when this message was received before: nothing new started")
     session_id: str = Field(description="The triage session the message was routed to")
+
+
+class ErrorDetail(BaseModel):
+    code: str = Field(
+        description="A stable slug: invalid, malformed, unauthenticated, forbidden, not_found, …"
+    )
+    message: str = Field(description="One sentence a person can act on")
+
+
+class ErrorBody(BaseModel):
+    error: ErrorDetail

@@ -7,6 +7,7 @@
     ├── Forbidden               403  the token lacks the kind or scope, or a signature is refused
     ├── NotFound                404  unknown, or not yours: the two are never told apart
     ├── Conflict                409  the thing exists, or was already decided
+    │   └── DuplicateInvocation      a concurrent replay wrote the invocation id first
     ├── Gone                    410  it expired
     ├── TooLarge                413  the body is over the limit
     ├── RateLimited             429  a cap or a rate; carries ``retry_after`` seconds
@@ -58,6 +59,10 @@ class NotFound(TapgateError):
 
 class Conflict(TapgateError):
     code = "conflict"
+
+
+class DuplicateInvocation(Conflict):
+    """An invocation id written by a concurrent replay: the replay reads that row instead."""
 
 
 class Gone(TapgateError):

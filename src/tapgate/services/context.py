@@ -43,6 +43,11 @@ def invocation_key(tenant_id: str, invocation_id: str) -> str:
     return f"{tenant_id}:invocation:{invocation_id}"
 
 
+def auth_key(tenant_id: str) -> str:
+    """Notified when a tenant's credentials or devices change in a way that ends a token's rights."""
+    return f"{tenant_id}:auth"
+
+
 def inbox_key(tenant_id: str, user_id: str) -> str:
     """Notified when the user's inbox of approvals changes."""
     return f"{tenant_id}:inbox:{user_id}"

@@ -28,6 +28,7 @@ from tapgate.domain.pairing import PAIRING_TTL
 from tapgate.domain.principals import SCOPES_BY_KIND, Principal, Scope, TokenKind
 from tapgate.domain.tokens import issue_token
 from tapgate.ports import Clock, Store, UnitOfWork
+from tapgate.services.context import auth_key
 from tapgate.services.invoking import fail_open
 from tapgate.services.tools import announce_change, visible
 
@@ -133,6 +134,7 @@ async def _expire_unconfirmed(uow: UnitOfWork, devices: Sequence[Device], now: d
         if device.status is DeviceStatus.PENDING and now >= device.created_at + PAIRING_TTL:
             await uow.devices.set_status(device.device_uid, DeviceStatus.REVOKED, now)
             await uow.credentials.revoke_device(device.device_uid, now)
+            uow.notify(auth_key(device.tenant_id))
             continue
         live.append(device)
     return live
@@ -203,6 +205,7 @@ async def revoke_in(uow: UnitOfWork, device: Device, now: datetime, actor: str, 
         await announce_change(uow, device.user_id, "revoked", now, device_id=device.device_id)
     await uow.devices.set_status(device.device_uid, DeviceStatus.REVOKED, now)
     await uow.credentials.revoke_device(device.device_uid, now)
+    uow.notify(auth_key(device.tenant_id))  # every process forgets the device's token at once
     await fail_open(uow, device.device_uid, actor, now)
     await uow.journal.append(
         AuditRecord(
@@ -271,3 +274,8 @@ async def hold_link(store: Store, clock: Clock, caller: DeviceCaller, seconds: f
     until = None if seconds is None else clock.now() + timedelta(seconds=seconds)
     async with store.unit_of_work(caller.principal.tenant_id) as uow:
         await uow.devices.set_link(caller.device.device_uid, until)
+
+
+async def touch(store: Store, clock: Clock, caller: DeviceCaller) -> None:
+    async with store.unit_of_work(caller.principal.tenant_id) as uow:
+        await uow.devices.touch(caller.device.device_uid, clock.now())

@@ -20,7 +20,7 @@ from tapgate.domain import phone_action
 from tapgate.domain.approvals import action_sha256, new_sign_block
 from tapgate.domain.audit import AuditRecord
 from tapgate.domain.devices import PHONE_ACTIONS, SMS_SEND, Capability, Device, DeviceStatus
-from tapgate.domain.errors import Conflict, InvalidInput, NotFound
+from tapgate.domain.errors import Conflict, DuplicateInvocation, InvalidInput, NotFound
 from tapgate.domain.events import APPROVAL_REQUESTED, INVOCATION_RESOLVED
 from tapgate.domain.ids import new_id
 from tapgate.domain.inbox import Approval, ApprovalStatus, binding_code, prompt_for, render_preview
@@ -151,18 +151,28 @@ async def invoke(ctx: Context, caller: Principal, call: Call, wait: float = 0) -
     digest = arguments_sha256(call.tool, arguments)
     now = ctx.clock.now()
     assert caller.user_id is not None
-    async with ctx.store.unit_of_work(caller.tenant_id) as uow:
-        existing = await uow.invocations.get(invocation_id) if call.invocation_id else None
-        if existing is not None:
-            if existing.user_id != caller.user_id or existing.arguments_sha256 != digest:
-                raise Conflict(f"invocation_id {invocation_id!r} was used for another call; use a new id.")
-            delivered = existing
-        else:
-            try:
-                delivered = await _chain(ctx, uow, caller, call, arguments, invocation_id, digest, now)
-            except _Refusal as refusal:
-                await _journal_refusal(uow, caller, call, invocation_id, refusal, now)
-                return View(invocation_id, call.tool, refusal.status, now, now, reason=refusal.reason)
+    for attempt in range(2):
+        try:
+            async with ctx.store.unit_of_work(caller.tenant_id) as uow:
+                existing = await uow.invocations.get(invocation_id) if call.invocation_id else None
+                if existing is not None:
+                    if existing.user_id != caller.user_id or existing.arguments_sha256 != digest:
+                        raise Conflict(
+                            f"invocation_id {invocation_id!r} was used for another call; use a new id."
+                        )
+                    delivered = existing
+                else:
+                    try:
+                        delivered = await _chain(
+                            ctx, uow, caller, call, arguments, invocation_id, digest, now
+                        )
+                    except _Refusal as refusal:
+                        await _journal_refusal(uow, caller, call, invocation_id, refusal, now)
+                        return View(invocation_id, call.tool, refusal.status, now, now, reason=refusal.reason)
+            break
+        except DuplicateInvocation:
+            if attempt:  # a concurrent replay wrote the row first: read it on the next pass
+                raise
     return await result(ctx, caller, delivered.invocation_id, wait) if wait > 0 else view(delivered)
 
 
@@ -506,7 +516,11 @@ async def announce(uow: UnitOfWork, invocation: Invocation, action: str, actor: 
 async def fail_open(uow: UnitOfWork, device_uid: str, actor: str, now: datetime) -> None:
     """A revoked device's open invocations resolve ``failed`` at once, and its links are woken."""
     for invocation in await uow.invocations.open_for(device_uid):
-        failed = invocation.answered(Status.FAILED, "the device was removed", now)
+        # The device said nothing: the server's reason goes in ``reason``, never in the device's message.
+        failed = replace(
+            invocation.answered(Status.FAILED, None, now),
+            reason="[deny] the device was removed before it answered",
+        )
         if await uow.invocations.resolve(failed):
             await announce(uow, failed, "invocation.failed", actor, now)
     uow.notify(device_key(uow.tenant_id, device_uid))

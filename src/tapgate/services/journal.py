@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from tapgate.domain.audit import AuditEntry, verify_chain
-from tapgate.domain.errors import InvalidInput
+from tapgate.domain.audit import GENESIS, AuditEntry, BrokenChain, verify_chain
+from tapgate.domain.errors import InvalidInput, NotFound
 from tapgate.ports import Store
 
 _PAGE = 1000
@@ -35,4 +35,14 @@ async def verify_audit(store: Store, tenant_id: str) -> int:
                 return out
             after = page[-1].seq
 
-    return verify_chain(tenant_id, await pages())
+    async with store.unit_of_work(tenant_id) as uow:
+        head = await uow.journal.head()
+    if head is None:
+        raise NotFound(f"There is no tenant {tenant_id!r}.")
+    entries = await pages()
+    count = verify_chain(tenant_id, entries)
+    last = entries[-1].hash if entries else GENESIS
+    if (count, last) != head:
+        # Entries cut from the end leave a chain that verifies on its own: the head says how long it was.
+        raise BrokenChain(tenant_id, count + 1, "is missing: the journal ends before its recorded head")
+    return count

@@ -20,6 +20,7 @@ from tapgate.domain.pairing import (
 )
 from tapgate.domain.principals import Principal
 from tapgate.ports import Clock, Store
+from tapgate.services.context import auth_key
 from tapgate.services.devices import add_device, new_device, revoke_in
 from tapgate.services.tools import announce_change
 
@@ -130,6 +131,7 @@ async def decide(
             declared = apply_grants(device.capabilities, grants if grants is not None else [])
             await uow.devices.set_capabilities(device.device_uid, declared)
             await uow.devices.set_status(device.device_uid, DeviceStatus.ACTIVE, now)
+            uow.notify(auth_key(device.tenant_id))
             device = replace(device, status=DeviceStatus.ACTIVE, capabilities=tuple(declared))
             granted = " ".join(c.name for c in device.granted())
             record = AuditRecord(

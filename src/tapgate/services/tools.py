@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from tapgate.domain import phone_action
 from tapgate.domain.devices import PHONE_ACTIONS, Capability, Declared, Device, DeviceStatus
 from tapgate.domain.errors import NotFound
 from tapgate.domain.events import TOOLS_CHANGED
@@ -45,7 +46,11 @@ async def list_tools(
         for capability in device.granted()
         if capability.name != PHONE_ACTIONS
     ]
-    if phone is not None:
+    if (
+        phone is not None
+        and session is not None
+        and phone_action.is_offered([PHONE_ACTIONS], session.kind.value)
+    ):
         tools.append(phone_action_tool(format))
     return tools
 

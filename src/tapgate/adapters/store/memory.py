@@ -15,7 +15,7 @@ from tapgate.adapters.wake.local import LocalWake
 from tapgate.domain.accounts import Credential, Tenant, User
 from tapgate.domain.audit import GENESIS, AuditEntry, AuditRecord, chain_entry
 from tapgate.domain.devices import Declared, Device, DeviceStatus
-from tapgate.domain.errors import Conflict, StorageError
+from tapgate.domain.errors import Conflict, DuplicateInvocation, StorageError
 from tapgate.domain.events import Event, EventValue
 from tapgate.domain.inbox import Approval, ApprovalStatus
 from tapgate.domain.ingest import Receipt, Triage
@@ -260,6 +260,12 @@ class _Sessions(_Repo):
 
 
 class _Journal(_Repo):
+    async def head(self) -> tuple[int, str] | None:
+        chain = self.state.audit.get(self.tenant_id)
+        if chain is None:
+            return None
+        return (len(chain), chain[-1].hash if chain else GENESIS)
+
     async def append(self, record: AuditRecord, at: datetime) -> AuditEntry:
         chain = self.state.audit.get(self.tenant_id)
         if chain is None:
@@ -282,7 +288,7 @@ class _Invocations(_Repo):
         self._own(invocation.tenant_id)
         key = (invocation.tenant_id, invocation.invocation_id)
         if key in self.state.invocations:
-            raise Conflict(f"Invocation {invocation.invocation_id!r} exists already.")
+            raise DuplicateInvocation(f"Invocation {invocation.invocation_id!r} exists already.")
         self.state.invocations[key] = invocation
 
     async def get(self, invocation_id: str) -> Invocation | None:

@@ -93,6 +93,9 @@ async def migrate(database_url: str, admin_url: str | None = None) -> str:
     """Migrate the database of ``database_url``; return a sentence saying what was done."""
     app = engine_url(database_url)
     if app.get_backend_name() == "sqlite":
+        if app.database and app.database != ":memory:":
+            # The database holds push addresses and forwarded messages: only its owner may read it.
+            Path(app.database).touch(mode=0o600, exist_ok=True)  # noqa: ASYNC240 (once, before migrating)
         await upgrade(app)
         return f"SQLite database {app.database} is at the latest schema."
     if not admin_url:

@@ -6,31 +6,33 @@ row-level security hides every other tenant's rows even from a query that forgot
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
+import functools
 import json
 import logging
 from collections.abc import AsyncIterator, Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
-from sqlalchemy import delete, event, func, insert, select, text, update
+from sqlalchemy import delete, func, insert, select, text, update
 from sqlalchemy.exc import DBAPIError, IntegrityError
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
+from tapgate.adapters.store import queries as q
 from tapgate.adapters.store import tables as t
+from tapgate.adapters.store.sqlite import SqliteDatabase
 from tapgate.adapters.store.urls import engine_url
 from tapgate.adapters.wake.local import LocalWake
 from tapgate.adapters.wake.postgres import CHANNEL
 from tapgate.domain.accounts import Credential, Tenant, User
 from tapgate.domain.approvals import SignBlock
 from tapgate.domain.audit import GENESIS, AuditEntry, AuditRecord, chain_entry
-from tapgate.domain.devices import Declared, Device, DeviceStatus, PushTarget, parse_capability
-from tapgate.domain.errors import Conflict, StorageError
+from tapgate.domain.devices import Capability, Declared, Device, DeviceStatus, PushTarget, parse_capability
+from tapgate.domain.errors import Conflict, DuplicateInvocation, StorageError
 from tapgate.domain.events import Event, EventValue
 from tapgate.domain.inbox import Approval, ApprovalStatus
 from tapgate.domain.ingest import Receipt, Triage
-from tapgate.domain.invocations import CONFIRMED_ON_DEVICE, OPEN, Invocation, Status
+from tapgate.domain.invocations import OPEN, Invocation, Status
 from tapgate.domain.keys import KeyAlgorithm
 from tapgate.domain.pairing import Pairing, PairingStatus
 from tapgate.domain.principals import Scope, TokenKind
@@ -40,15 +42,30 @@ from tapgate.domain.sessions import Session, SessionKind
 log = logging.getLogger(__name__)
 
 
-class SqlStore:
-    """One engine, one unit of work per transaction. Build it with :func:`open_sql_store`."""
+class Conn(Protocol):
+    """What the repositories need of a connection (SQLAlchemy's AsyncConnection, or SQLite's inline one)."""
 
-    def __init__(self, engine: AsyncEngine, wake: LocalWake | None = None) -> None:
+    async def execute(self, statement: Any, parameters: Any = None) -> Any: ...
+
+    async def scalar(self, statement: Any, parameters: Any = None) -> Any: ...
+
+    def begin_nested(self) -> Any: ...
+
+
+class SqlStore:
+    """One database, one unit of work per transaction. Build it with :func:`open_sql_store`.
+
+    PostgreSQL runs through asyncpg's pool; SQLite through one connection on the event loop's thread
+    (see ``sqlite.py``). Both run the same statements.
+    """
+
+    def __init__(
+        self, engine: AsyncEngine | None, wake: LocalWake | None = None, sqlite: SqliteDatabase | None = None
+    ) -> None:
         self.engine = engine
+        self.sqlite = sqlite
         self.wake = wake or LocalWake()
-        self.is_postgres = engine.dialect.name == "postgresql"
-        # SQLite has one writer at a time; queueing writers here keeps them off the busy-wait.
-        self._sqlite_writer = None if self.is_postgres else asyncio.Lock()
+        self.is_postgres = sqlite is None
 
     @contextlib.asynccontextmanager
     async def unit_of_work(self, tenant_id: str) -> AsyncIterator[SqlUnitOfWork]:
@@ -61,45 +78,55 @@ class SqlStore:
 
     @contextlib.asynccontextmanager
     async def _transaction(self, tenant_id: str) -> AsyncIterator[SqlUnitOfWork]:
-        async with contextlib.AsyncExitStack() as stack:
-            if self._sqlite_writer is not None:
-                await stack.enter_async_context(self._sqlite_writer)
-            try:
-                conn = await stack.enter_async_context(self.engine.begin())
-                if self.is_postgres:
-                    await conn.execute(
-                        text("SELECT set_config('app.tenant_id', :tenant, true)"), {"tenant": tenant_id}
-                    )
+        try:
+            if self.sqlite is not None:
+                async with self.sqlite.transaction() as inline:
+                    yield SqlUnitOfWork(inline, tenant_id)
+                return
+            assert self.engine is not None
+            async with self.engine.begin() as conn:
+                await conn.execute(
+                    text("SELECT set_config('app.tenant_id', :tenant, true)"), {"tenant": tenant_id}
+                )
                 uow = SqlUnitOfWork(conn, tenant_id)
                 yield uow
-                if uow.keys and self.is_postgres:
+                if uow.keys:
                     # Delivered to every listening process exactly when this transaction commits.
                     await conn.execute(
                         text("SELECT pg_notify(:channel, k) FROM unnest(CAST(:keys AS text[])) AS k"),
                         {"channel": CHANNEL, "keys": list(uow.keys)},
                     )
-            except DBAPIError as e:
-                # The driver's message can quote row contents: log its class only.
-                log.error("storage error", extra={"error": type(e.orig).__name__})
-                raise StorageError("The database failed; try again, and check the server's health.") from e
+        except DBAPIError as e:
+            # The driver's message can quote row contents: log its class only.
+            log.error("storage error", extra={"error": type(e.orig).__name__})
+            raise StorageError("The database failed; try again, and check the server's health.") from e
 
     async def tenant_ids(self) -> Sequence[str]:
+        if self.sqlite is not None:
+            async with self.sqlite.reading() as inline:
+                rows = await inline.execute(select(t.tenants.c.tenant_id).order_by(t.tenants.c.tenant_id))
+                return [r[0] for r in rows]
+        assert self.engine is not None
         async with self.engine.connect() as conn:
-            if self.is_postgres:
-                rows = await conn.execute(text("SELECT tapgate_tenant_ids()"))
-            else:
-                rows = await conn.execute(select(t.tenants.c.tenant_id).order_by(t.tenants.c.tenant_id))
-            return [r[0] for r in rows]
+            return [r[0] for r in await conn.execute(text("SELECT tapgate_tenant_ids()"))]
 
     async def ping(self) -> None:
         try:
+            if self.sqlite is not None:
+                async with self.sqlite.reading() as inline:
+                    await inline.execute(text("SELECT 1"))
+                return
+            assert self.engine is not None
             async with self.engine.connect() as conn:
                 await conn.execute(text("SELECT 1"))
         except (DBAPIError, OSError) as e:
             raise StorageError("The database cannot be reached.") from e
 
     async def close(self) -> None:
-        await self.engine.dispose()
+        if self.sqlite is not None:
+            self.sqlite.close()
+        if self.engine is not None:
+            await self.engine.dispose()
 
 
 def _quiet_drivers() -> None:
@@ -110,37 +137,17 @@ def _quiet_drivers() -> None:
 
 
 def open_sql_store(database_url: str, pool_size: int = 10, wake: LocalWake | None = None) -> SqlStore:
-    """An engine for ``database_url`` with tapgate's connection settings."""
+    """A store for ``database_url`` with tapgate's connection settings."""
     _quiet_drivers()
     url = engine_url(database_url)
     if url.get_backend_name() == "sqlite":
-        engine = create_async_engine(url, connect_args={"timeout": 30})
-        _tune_sqlite(engine)
-    else:
-        engine = create_async_engine(url, pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True)
+        return SqlStore(None, wake, SqliteDatabase(url))
+    engine = create_async_engine(url, pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True)
     return SqlStore(engine, wake)
 
 
-def _tune_sqlite(engine: AsyncEngine) -> None:
-    @event.listens_for(engine.sync_engine, "connect")
-    def _on_connect(dbapi_conn: Any, _record: Any) -> None:
-        # Let SQLAlchemy's "begin" event issue BEGIN IMMEDIATE instead of pysqlite's deferred BEGIN,
-        # so two writers never deadlock upgrading read locks.
-        dbapi_conn.isolation_level = None
-        cursor = dbapi_conn.cursor()
-        cursor.execute("PRAGMA journal_mode=WAL")
-        cursor.execute("PRAGMA synchronous=NORMAL")
-        cursor.execute("PRAGMA foreign_keys=ON")
-        cursor.execute("PRAGMA busy_timeout=30000")
-        cursor.close()
-
-    @event.listens_for(engine.sync_engine, "begin")
-    def _on_begin(conn: Any) -> None:
-        conn.exec_driver_sql("BEGIN IMMEDIATE")
-
-
 class SqlUnitOfWork:
-    def __init__(self, conn: AsyncConnection, tenant_id: str) -> None:
+    def __init__(self, conn: Conn, tenant_id: str) -> None:
         self.tenant_id = tenant_id
         self.tenants = _Tenants(conn, tenant_id)
         self.users = _Users(conn, tenant_id)
@@ -163,25 +170,33 @@ class SqlUnitOfWork:
 
 
 class _Repo:
-    def __init__(self, conn: AsyncConnection, tenant_id: str) -> None:
+    def __init__(self, conn: Conn, tenant_id: str) -> None:
         self.conn = conn
         self.tenant_id = tenant_id
 
     async def _insert(self, table: Any, row: dict[str, Any], conflict: str) -> None:
+        # No savepoint: a conflict ends the whole unit of work, so nothing after it needs the transaction.
         try:
-            async with self.conn.begin_nested():
-                await self.conn.execute(insert(table).values(row))
+            await self.conn.execute(_insert_into(table), row)
         except IntegrityError as e:
             if _is_unique_violation(e):
                 raise Conflict(conflict) from e
             raise StorageError("A row refers to something that does not exist in this tenant.") from e
 
 
+@functools.cache
+def _insert_into(table: Any) -> Any:
+    """One INSERT statement per table, built once: the values come as parameters."""
+    return insert(table)
+
+
 class _Tenants(_Repo):
     async def add(self, tenant: Tenant) -> None:
         row = {"tenant_id": tenant.tenant_id, "name": tenant.name, "created_at": tenant.created_at}
         await self._insert(t.tenants, row, f"A tenant named {tenant.tenant_id!r} exists; pick another name.")
-        await self.conn.execute(insert(t.audit_heads).values(tenant_id=tenant.tenant_id, seq=0, hash=GENESIS))
+        await self.conn.execute(
+            _insert_into(t.audit_heads), {"tenant_id": tenant.tenant_id, "seq": 0, "hash": GENESIS}
+        )
 
     async def get(self) -> Tenant | None:
         row = (
@@ -228,12 +243,7 @@ class _Credentials(_Repo):
         await self._insert(t.credentials, row, "That credential exists already.")
 
     async def get(self, credential_id: str) -> Credential | None:
-        c = t.credentials.c
-        row = (
-            await self.conn.execute(
-                select(t.credentials).where(c.tenant_id == self.tenant_id, c.credential_id == credential_id)
-            )
-        ).first()
+        row = (await self.conn.execute(q.CREDENTIAL, {"tenant": self.tenant_id, "id": credential_id})).first()
         if row is None:
             return None
         return _credential(row)
@@ -250,6 +260,12 @@ class _Credentials(_Repo):
 def _is_unique_violation(error: IntegrityError) -> bool:
     sqlstate = getattr(error.orig, "sqlstate", None) or getattr(error.orig, "pgcode", None)
     return sqlstate == "23505" or "UNIQUE constraint failed" in str(error.orig)
+
+
+@functools.lru_cache(maxsize=4096)
+def _stored_capability(definition: str) -> Capability:
+    """A stored capability, parsed once per distinct definition (they were checked on the way in)."""
+    return parse_capability(json.loads(definition), "stored").capability
 
 
 def _credential(row: Any) -> Credential:
@@ -293,27 +309,14 @@ class _Devices(_Repo):
         )
         await self.set_capabilities(device.device_uid, device.capabilities)
 
-    async def _load(self, where: Any) -> list[Device]:
-        c = t.devices.c
-        rows = (
-            await self.conn.execute(
-                select(t.devices)
-                .where(c.tenant_id == self.tenant_id, where)
-                .order_by(c.created_at, c.device_uid)
-            )
-        ).all()
+    async def _load(self, statement: Any, **values: Any) -> list[Device]:
+        rows = (await self.conn.execute(statement, {"tenant": self.tenant_id, **values})).all()
         if not rows:
             return []
-        k = t.capabilities.c
         declared: dict[str, list[Declared]] = {r.device_uid: [] for r in rows}
-        caps = await self.conn.execute(
-            select(k.device_uid, k.definition, k.granted)
-            .where(k.tenant_id == self.tenant_id, k.device_uid.in_(list(declared)))
-            .order_by(k.device_uid, k.position)
-        )
+        caps = await self.conn.execute(q.CAPABILITIES, {"tenant": self.tenant_id, "uids": list(declared)})
         for cap in caps:
-            capability = parse_capability(json.loads(cap.definition), "stored").capability
-            declared[cap.device_uid].append(Declared(capability, cap.granted))
+            declared[cap.device_uid].append(Declared(_stored_capability(cap.definition), cap.granted))
         return [
             Device(
                 tenant_id=r.tenant_id,
@@ -336,19 +339,15 @@ class _Devices(_Repo):
         ]
 
     async def get(self, user_id: str, device_id: str) -> Device | None:
-        c = t.devices.c
-        found = await self._load(
-            (c.user_id == user_id) & (c.device_id == device_id) & (c.status != DeviceStatus.REVOKED.value)
-        )
+        found = await self._load(q.LIVE_DEVICE, user=user_id, device=device_id)
         return found[0] if found else None
 
     async def by_uid(self, device_uid: str) -> Device | None:
-        found = await self._load(t.devices.c.device_uid == device_uid)
+        found = await self._load(q.DEVICE_BY_UID, uid=device_uid)
         return found[0] if found else None
 
     async def list(self, user_id: str) -> Sequence[Device]:
-        c = t.devices.c
-        return await self._load((c.user_id == user_id) & (c.status != DeviceStatus.REVOKED.value))
+        return await self._load(q.LIVE_DEVICES, user=user_id)
 
     async def count_live(self, user_id: str) -> int:
         c = t.devices.c
@@ -390,20 +389,10 @@ class _Devices(_Repo):
         )
 
     async def set_link(self, device_uid: str, until: datetime | None) -> None:
-        c = t.devices.c
-        await self.conn.execute(
-            update(t.devices)
-            .where(c.tenant_id == self.tenant_id, c.device_uid == device_uid)
-            .values(link_until=until)
-        )
+        await self.conn.execute(q.LINK_DEVICE, {"tenant": self.tenant_id, "uid": device_uid, "until": until})
 
     async def touch(self, device_uid: str, at: datetime) -> None:
-        c = t.devices.c
-        await self.conn.execute(
-            update(t.devices)
-            .where(c.tenant_id == self.tenant_id, c.device_uid == device_uid)
-            .values(last_seen_at=at)
-        )
+        await self.conn.execute(q.TOUCH_DEVICE, {"tenant": self.tenant_id, "uid": device_uid, "at": at})
 
 
 class _Pairings(_Repo):
@@ -462,14 +451,8 @@ class _Pairings(_Repo):
 
 class _Sessions(_Repo):
     async def get(self, user_id: str, session_id: str) -> Session | None:
-        c = t.sessions.c
-        r = (
-            await self.conn.execute(
-                select(t.sessions).where(
-                    c.tenant_id == self.tenant_id, c.user_id == user_id, c.session_id == session_id
-                )
-            )
-        ).first()
+        values = {"tenant": self.tenant_id, "user": user_id, "session": session_id}
+        r = (await self.conn.execute(q.SESSION, values)).first()
         if r is None:
             return None
         return Session(
@@ -508,13 +491,14 @@ class _Sessions(_Repo):
         )
         if changed.rowcount == 0:
             await self.conn.execute(
-                insert(t.sessions).values(
+                _insert_into(t.sessions),
+                dict(
                     tenant_id=session.tenant_id,
                     user_id=session.user_id,
                     session_id=session.session_id,
                     created_at=session.created_at,
                     **values,
-                )
+                ),
             )
 
     async def add_message(
@@ -530,15 +514,16 @@ class _Sessions(_Repo):
         )
         seq = int(last or 0) + 1
         await self.conn.execute(
-            insert(t.session_messages).values(
-                tenant_id=self.tenant_id,
-                user_id=session.user_id,
-                session_id=session.session_id,
-                seq=seq,
-                device_uid=device_uid,
-                capabilities=json.dumps(list(capabilities)),
-                created_at=at,
-            )
+            _insert_into(t.session_messages),
+            {
+                "tenant_id": self.tenant_id,
+                "user_id": session.user_id,
+                "session_id": session.session_id,
+                "seq": seq,
+                "device_uid": device_uid,
+                "capabilities": json.dumps(list(capabilities)),
+                "created_at": at,
+            },
         )
         return seq
 
@@ -600,67 +585,41 @@ class _Invocations(_Repo):
             "binding_code": i.binding_code,
             "approval_id": i.approval_id,
         }
-        await self._insert(t.invocations, row, f"Invocation {i.invocation_id!r} exists already.")
+        try:
+            await self._insert(t.invocations, row, f"Invocation {i.invocation_id!r} exists already.")
+        except Conflict as e:
+            raise DuplicateInvocation(e.message) from e
 
     async def get(self, invocation_id: str) -> Invocation | None:
-        c = t.invocations.c
-        r = (
-            await self.conn.execute(
-                select(t.invocations).where(c.tenant_id == self.tenant_id, c.invocation_id == invocation_id)
-            )
-        ).first()
+        r = (await self.conn.execute(q.INVOCATION, {"tenant": self.tenant_id, "id": invocation_id})).first()
         return None if r is None else _invocation(r)
 
     async def pending_for(self, device_uid: str, limit: int) -> Sequence[Invocation]:
-        c = t.invocations.c
         rows = await self.conn.execute(
-            select(t.invocations)
-            .where(
-                c.tenant_id == self.tenant_id, c.device_uid == device_uid, c.status == Status.PENDING.value
-            )
-            .order_by(c.created_at, c.invocation_id)
-            .limit(limit)
+            q.PENDING_FOR, {"tenant": self.tenant_id, "uid": device_uid, "limit": limit}
         )
         return [_invocation(r) for r in rows]
 
     async def open_for(self, device_uid: str) -> Sequence[Invocation]:
-        c = t.invocations.c
-        rows = await self.conn.execute(
-            select(t.invocations).where(
-                c.tenant_id == self.tenant_id, c.device_uid == device_uid, c.status.in_(OPEN)
-            )
-        )
+        rows = await self.conn.execute(q.OPEN_FOR, {"tenant": self.tenant_id, "uid": device_uid})
         return [_invocation(r) for r in rows]
 
     async def mark_delivered(self, invocation_ids: Sequence[str], at: datetime) -> None:
-        if not invocation_ids:
-            return
-        c = t.invocations.c
-        await self.conn.execute(
-            update(t.invocations)
-            .where(
-                c.tenant_id == self.tenant_id,
-                c.invocation_id.in_(list(invocation_ids)),
-                c.delivered_at.is_(None),
-            )
-            .values(delivered_at=at)
-        )
+        if invocation_ids:
+            values = {"tenant": self.tenant_id, "ids": list(invocation_ids), "at": at}
+            await self.conn.execute(q.MARK_DELIVERED, values)
 
     async def resolve(self, invocation: Invocation) -> bool:
-        c = t.invocations.c
         changed = await self.conn.execute(
-            update(t.invocations)
-            .where(
-                c.tenant_id == self.tenant_id,
-                c.invocation_id == invocation.invocation_id,
-                c.status.in_(OPEN),
-            )
-            .values(
-                status=invocation.status.value,
-                resolved_at=invocation.resolved_at,
-                message=invocation.message,
-                reason=invocation.reason,
-            )
+            q.RESOLVE,
+            {
+                "tenant": self.tenant_id,
+                "id": invocation.invocation_id,
+                "status": invocation.status.value,
+                "resolved_at": invocation.resolved_at,
+                "message": invocation.message,
+                "reason": invocation.reason,
+            },
         )
         return bool(changed.rowcount)
 
@@ -678,15 +637,7 @@ class _Invocations(_Repo):
         return bool(changed.rowcount)
 
     async def count_confirming(self, user_id: str) -> int:
-        c = t.invocations.c
-        count = await self.conn.scalar(
-            select(func.count()).where(
-                c.tenant_id == self.tenant_id,
-                c.user_id == user_id,
-                c.status == Status.PENDING.value,
-                c.capability.in_(CONFIRMED_ON_DEVICE),
-            )
-        )
+        count = await self.conn.scalar(q.COUNT_CONFIRMING, {"tenant": self.tenant_id, "user": user_id})
         return int(count or 0)
 
     async def add_late_report(
@@ -714,19 +665,20 @@ class _Invocations(_Repo):
 class _Outbox(_Repo):
     async def add(self, item: OutboxItem) -> None:
         await self.conn.execute(
-            insert(t.push_outbox).values(
-                tenant_id=item.tenant_id,
-                delivery_id=item.delivery_id,
-                device_uid=item.device_uid,
-                event=item.event,
-                subject_id=item.subject_id,
-                status=item.status,
-                attempts=item.attempts,
-                not_before=item.not_before,
-                claimed_until=item.claimed_until,
-                created_at=item.created_at,
-                finished_at=item.finished_at,
-            )
+            _insert_into(t.push_outbox),
+            {
+                "tenant_id": item.tenant_id,
+                "delivery_id": item.delivery_id,
+                "device_uid": item.device_uid,
+                "event": item.event,
+                "subject_id": item.subject_id,
+                "status": item.status,
+                "attempts": item.attempts,
+                "not_before": item.not_before,
+                "claimed_until": item.claimed_until,
+                "created_at": item.created_at,
+                "finished_at": item.finished_at,
+            },
         )
 
     async def for_subject(self, subject_id: str) -> Sequence[OutboxItem]:
@@ -785,28 +737,29 @@ class _Approvals(_Repo):
     async def add(self, approval: Approval) -> None:
         a = approval
         await self.conn.execute(
-            insert(t.approvals).values(
-                tenant_id=a.tenant_id,
-                approval_id=a.approval_id,
-                user_id=a.user_id,
-                agent_id=a.agent_id,
-                invocation_id=a.invocation_id,
-                kind=a.kind,
-                subject=a.subject,
-                prompt=a.prompt,
-                preview=json.dumps(dict(a.preview), sort_keys=True),
-                sign_format=a.sign.format,
-                challenge=a.sign.challenge,
-                sign_expires_at=a.sign.expires_at,
-                action_sha256=a.sign.action_sha256,
-                algorithms=" ".join(a.sign.algorithms),
-                binding_code=a.binding_code,
-                status=a.status.value,
-                created_at=a.created_at,
-                expires_at=a.expires_at,
-                decided_at=a.decided_at,
-                decided_by=a.decided_by,
-            )
+            _insert_into(t.approvals),
+            {
+                "tenant_id": a.tenant_id,
+                "approval_id": a.approval_id,
+                "user_id": a.user_id,
+                "agent_id": a.agent_id,
+                "invocation_id": a.invocation_id,
+                "kind": a.kind,
+                "subject": a.subject,
+                "prompt": a.prompt,
+                "preview": json.dumps(dict(a.preview), sort_keys=True),
+                "sign_format": a.sign.format,
+                "challenge": a.sign.challenge,
+                "sign_expires_at": a.sign.expires_at,
+                "action_sha256": a.sign.action_sha256,
+                "algorithms": " ".join(a.sign.algorithms),
+                "binding_code": a.binding_code,
+                "status": a.status.value,
+                "created_at": a.created_at,
+                "expires_at": a.expires_at,
+                "decided_at": a.decided_at,
+                "decided_by": a.decided_by,
+            },
         )
 
     async def get(self, approval_id: str) -> Approval | None:
@@ -864,9 +817,8 @@ class _Pauses(_Repo):
         )
         if not changed.rowcount:
             await self.conn.execute(
-                insert(t.agent_pauses).values(
-                    tenant_id=self.tenant_id, user_id=user_id, agent_id=agent_id, until=until
-                )
+                _insert_into(t.agent_pauses),
+                {"tenant_id": self.tenant_id, "user_id": user_id, "agent_id": agent_id, "until": until},
             )
 
     async def paused_until(self, user_id: str, agent_id: str) -> datetime | None:
@@ -934,9 +886,8 @@ class _Ingests(_Repo):
             try:
                 async with self.conn.begin_nested():
                     await self.conn.execute(
-                        insert(t.ingest_counters).values(
-                            tenant_id=self.tenant_id, device_uid=device_uid, day=day, count=1
-                        )
+                        _insert_into(t.ingest_counters),
+                        {"tenant_id": self.tenant_id, "device_uid": device_uid, "day": day, "count": 1},
                     )
             except IntegrityError:
                 continue  # another message made the day's row first
@@ -978,66 +929,57 @@ class _Ingests(_Repo):
 
 class _Events(_Repo):
     async def append(self, user_id: str, type: str, data: Mapping[str, EventValue], at: datetime) -> int:
-        h = t.audit_heads.c
-        seq = await self.conn.scalar(
-            update(t.audit_heads)
-            .where(h.tenant_id == self.tenant_id)
-            .values(event_seq=h.event_seq + 1)
-            .returning(h.event_seq)
-        )
+        seq = await self.conn.scalar(q.NEXT_EVENT, {"tenant": self.tenant_id})
         if seq is None:
             raise StorageError(f"Tenant {self.tenant_id!r} has no event counter; was it created?")
         await self.conn.execute(
-            insert(t.events).values(
-                tenant_id=self.tenant_id,
-                seq=seq,
-                user_id=user_id,
-                type=type,
-                data=json.dumps(dict(data), sort_keys=True),
-                created_at=at,
-            )
+            _insert_into(t.events),
+            {
+                "tenant_id": self.tenant_id,
+                "seq": seq,
+                "user_id": user_id,
+                "type": type,
+                "data": json.dumps(dict(data), sort_keys=True),
+                "created_at": at,
+            },
         )
         return int(seq)
 
     async def read(self, user_id: str, after: int, limit: int) -> Sequence[Event]:
-        c = t.events.c
         rows = await self.conn.execute(
-            select(t.events)
-            .where(c.tenant_id == self.tenant_id, c.user_id == user_id, c.seq > after)
-            .order_by(c.seq)
-            .limit(limit)
+            q.EVENTS_AFTER, {"tenant": self.tenant_id, "user": user_id, "after": after, "limit": limit}
         )
         return [Event(r.tenant_id, r.seq, r.user_id, r.type, json.loads(r.data), r.created_at) for r in rows]
 
 
 class _Journal(_Repo):
+    async def head(self) -> tuple[int, str] | None:
+        row = (await self.conn.execute(q.AUDIT_HEAD, {"tenant": self.tenant_id})).first()
+        return None if row is None else (int(row.seq), str(row.hash))
+
     async def append(self, record: AuditRecord, at: datetime) -> AuditEntry:
-        h = t.audit_heads.c
-        head = (
-            await self.conn.execute(
-                select(h.seq, h.hash).where(h.tenant_id == self.tenant_id).with_for_update()
-            )
-        ).first()
+        head = (await self.conn.execute(q.AUDIT_HEAD_LOCKED, {"tenant": self.tenant_id})).first()
         if head is None:
             raise StorageError(f"Tenant {self.tenant_id!r} has no audit journal; was it created?")
         entry = chain_entry(self.tenant_id, head.seq + 1, at, record, head.hash)
         await self.conn.execute(
-            insert(t.audit_entries).values(
-                tenant_id=entry.tenant_id,
-                seq=entry.seq,
-                at=entry.at,
-                action=entry.action,
-                actor=entry.actor,
-                outcome=entry.outcome,
-                subject=entry.subject,
-                reason=entry.reason,
-                data=json.dumps(dict(entry.data), sort_keys=True),
-                prev_hash=entry.prev_hash,
-                hash=entry.hash,
-            )
+            _insert_into(t.audit_entries),
+            {
+                "tenant_id": entry.tenant_id,
+                "seq": entry.seq,
+                "at": entry.at,
+                "action": entry.action,
+                "actor": entry.actor,
+                "outcome": entry.outcome,
+                "subject": entry.subject,
+                "reason": entry.reason,
+                "data": json.dumps(dict(entry.data), sort_keys=True),
+                "prev_hash": entry.prev_hash,
+                "hash": entry.hash,
+            },
         )
         await self.conn.execute(
-            update(t.audit_heads).where(h.tenant_id == self.tenant_id).values(seq=entry.seq, hash=entry.hash)
+            q.MOVE_AUDIT_HEAD, {"tenant": self.tenant_id, "seq": entry.seq, "hash": entry.hash}
         )
         return entry
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 
 class LocalWake:
@@ -14,6 +14,11 @@ class LocalWake:
         # True while notifications from other processes may be missed (the listener is reconnecting):
         # waiters then also re-read every invocation_poll_seconds.
         self.degraded = False
+        self._listeners: list[Callable[[str | None], None]] = []
+
+    def listen(self, callback: Callable[[str | None], None]) -> None:
+        """Call ``callback`` with every notified key (None when every waiter is woken at once)."""
+        self._listeners.append(callback)
 
     @contextlib.contextmanager
     def subscribe(self, key: str) -> Iterator[asyncio.Event]:
@@ -31,11 +36,15 @@ class LocalWake:
     def notify(self, key: str) -> None:
         for event in self._waiters.get(key, ()):
             event.set()
+        for callback in self._listeners:
+            callback(key)
 
     def notify_all(self) -> None:
         for waiters in self._waiters.values():
             for event in waiters:
                 event.set()
+        for callback in self._listeners:
+            callback(None)
 
     def waiting(self) -> int:
         return sum(len(w) for w in self._waiters.values())

@@ -28,7 +28,8 @@ async def redeclare(body: Capabilities, device: DeviceDep, gw: GatewayDep) -> De
 
 
 @router.post("/heartbeat", status_code=204, response_class=Response, summary="Say the device is present")
-async def heartbeat(device: DeviceDep) -> Response:
+async def heartbeat(device: DeviceDep, gw: GatewayDep) -> Response:
+    await gw.heartbeat(device)
     return Response(status_code=204)
 
 

@@ -1,0 +1,122 @@
+"""The hot statements, built once with bound parameters.
+
+Building a SQLAlchemy statement costs about seven times what executing a built one does, so the
+statements on every request's path live here as constants; each takes ``tenant`` and its own values as
+parameters. Rarely run statements are built where they are used.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import bindparam, func, select, update
+
+from tapgate.adapters.store import tables as t
+from tapgate.domain.devices import DeviceStatus
+from tapgate.domain.inbox import ApprovalStatus
+from tapgate.domain.invocations import CONFIRMED_ON_DEVICE, OPEN, Status
+
+_tenant: Any = bindparam("tenant")
+_cred = t.credentials.c
+_dev = t.devices.c
+_cap = t.capabilities.c
+_inv = t.invocations.c
+_head = t.audit_heads.c
+_evt = t.events.c
+_ses = t.sessions.c
+_apr = t.approvals.c
+_pause = t.agent_pauses.c
+
+CREDENTIAL = select(t.credentials).where(_cred.tenant_id == _tenant, _cred.credential_id == bindparam("id"))
+
+_DEVICES = select(t.devices).where(_dev.tenant_id == _tenant).order_by(_dev.created_at, _dev.device_uid)
+DEVICE_BY_UID = _DEVICES.where(_dev.device_uid == bindparam("uid"))
+LIVE_DEVICE = _DEVICES.where(
+    _dev.user_id == bindparam("user"),
+    _dev.device_id == bindparam("device"),
+    _dev.status != DeviceStatus.REVOKED.value,
+)
+LIVE_DEVICES = _DEVICES.where(_dev.user_id == bindparam("user"), _dev.status != DeviceStatus.REVOKED.value)
+CAPABILITIES = (
+    select(_cap.device_uid, _cap.definition, _cap.granted)
+    .where(_cap.tenant_id == _tenant, _cap.device_uid.in_(bindparam("uids", expanding=True)))
+    .order_by(_cap.device_uid, _cap.position)
+)
+TOUCH_DEVICE = (
+    update(t.devices)
+    .where(_dev.tenant_id == _tenant, _dev.device_uid == bindparam("uid"))
+    .values(last_seen_at=bindparam("at"))
+)
+LINK_DEVICE = (
+    update(t.devices)
+    .where(_dev.tenant_id == _tenant, _dev.device_uid == bindparam("uid"))
+    .values(link_until=bindparam("until"))
+)
+
+INVOCATION = select(t.invocations).where(_inv.tenant_id == _tenant, _inv.invocation_id == bindparam("id"))
+PENDING_FOR = (
+    select(t.invocations)
+    .where(
+        _inv.tenant_id == _tenant, _inv.device_uid == bindparam("uid"), _inv.status == Status.PENDING.value
+    )
+    .order_by(_inv.created_at, _inv.invocation_id)
+    .limit(bindparam("limit"))
+)
+OPEN_FOR = select(t.invocations).where(
+    _inv.tenant_id == _tenant, _inv.device_uid == bindparam("uid"), _inv.status.in_(OPEN)
+)
+MARK_DELIVERED = (
+    update(t.invocations)
+    .where(
+        _inv.tenant_id == _tenant,
+        _inv.invocation_id.in_(bindparam("ids", expanding=True)),
+        _inv.delivered_at.is_(None),
+    )
+    .values(delivered_at=bindparam("at"))
+)
+RESOLVE = (
+    update(t.invocations)
+    .where(_inv.tenant_id == _tenant, _inv.invocation_id == bindparam("id"), _inv.status.in_(OPEN))
+    .values(
+        status=bindparam("status"),
+        resolved_at=bindparam("resolved_at"),
+        message=bindparam("message"),
+        reason=bindparam("reason"),
+    )
+)
+COUNT_CONFIRMING = select(func.count()).where(
+    _inv.tenant_id == _tenant,
+    _inv.user_id == bindparam("user"),
+    _inv.status == Status.PENDING.value,
+    _inv.capability.in_(CONFIRMED_ON_DEVICE),
+)
+
+AUDIT_HEAD = select(_head.seq, _head.hash).where(_head.tenant_id == _tenant)
+AUDIT_HEAD_LOCKED = AUDIT_HEAD.with_for_update()
+MOVE_AUDIT_HEAD = (
+    update(t.audit_heads)
+    .where(_head.tenant_id == _tenant)
+    .values(seq=bindparam("seq"), hash=bindparam("hash"))
+)
+NEXT_EVENT = (
+    update(t.audit_heads)
+    .where(_head.tenant_id == _tenant)
+    .values(event_seq=_head.event_seq + 1)
+    .returning(_head.event_seq)
+)
+EVENTS_AFTER = (
+    select(t.events)
+    .where(_evt.tenant_id == _tenant, _evt.user_id == bindparam("user"), _evt.seq > bindparam("after"))
+    .order_by(_evt.seq)
+    .limit(bindparam("limit"))
+)
+
+SESSION = select(t.sessions).where(
+    _ses.tenant_id == _tenant, _ses.user_id == bindparam("user"), _ses.session_id == bindparam("session")
+)
+COUNT_PENDING_APPROVALS = select(func.count()).where(
+    _apr.tenant_id == _tenant, _apr.user_id == bindparam("user"), _apr.status == ApprovalStatus.PENDING.value
+)
+PAUSED_UNTIL = select(_pause.until).where(
+    _pause.tenant_id == _tenant, _pause.user_id == bindparam("user"), _pause.agent_id == bindparam("agent")
+)

@@ -1,0 +1,74 @@
+"""Who a token is, remembered for a few seconds so a busy device or agent does not pay a database read
+on every request.
+
+An entry is dropped the moment anything about its tenant's credentials or devices changes (a revoked
+device, a decided pairing), in this process or any other (the notification ``<tenant>:auth``), and the
+cache is bypassed while notifications may be missed. So a revoked device still fails its very next
+request (gate G7), as it does without the cache.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+
+from tapgate.domain.principals import Principal
+from tapgate.services.devices import DeviceCaller
+
+AUTH_SUFFIX = ":auth"  # see context.auth_key
+
+
+@dataclass(slots=True)
+class _Entry:
+    principal: Principal
+    device: DeviceCaller | None
+    stored: float
+    touched: float  # when the device's presence was last written
+
+
+class AuthCache:
+    def __init__(self, ttl: float = 30.0, touch_every: float = 30.0, max_entries: int = 50_000) -> None:
+        self.ttl = ttl
+        self.touch_every = touch_every
+        self.max_entries = max_entries
+        self._entries: OrderedDict[str, _Entry] = OrderedDict()
+
+    def principal(self, token: str) -> Principal | None:
+        entry = self._fresh(token)
+        return entry.principal if entry else None
+
+    def device(self, token: str) -> DeviceCaller | None:
+        """The revalidated device, unless its presence is due to be written again."""
+        entry = self._fresh(token)
+        if entry is None or entry.device is None or time.monotonic() - entry.touched > self.touch_every:
+            return None
+        return entry.device
+
+    def keep(self, token: str, principal: Principal, device: DeviceCaller | None = None) -> None:
+        now = time.monotonic()
+        old = self._entries.pop(token, None)
+        touched = now if device is not None else (old.touched if old else 0.0)
+        self._entries[token] = _Entry(principal, device or (old.device if old else None), now, touched)
+        while len(self._entries) > self.max_entries:
+            self._entries.popitem(last=False)
+
+    def on_notify(self, key: str | None) -> None:
+        if key is None:
+            self._entries.clear()
+        elif key.endswith(AUTH_SUFFIX):
+            tenant = key[: -len(AUTH_SUFFIX)]
+            for token in [t for t, e in self._entries.items() if e.principal.tenant_id == tenant]:
+                del self._entries[token]
+
+    def clear(self) -> None:
+        self._entries.clear()
+
+    def _fresh(self, token: str) -> _Entry | None:
+        entry = self._entries.get(token)
+        if entry is None:
+            return None
+        if time.monotonic() - entry.stored > self.ttl:
+            del self._entries[token]
+            return None
+        return entry
