@@ -18,8 +18,8 @@ demo: $(STAMP)
 test: lint typecheck layers unit
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests
-	$(BIN)/ruff format --check src tests
+	$(BIN)/ruff check src tests examples
+	$(BIN)/ruff format --check src tests examples
 
 typecheck: $(STAMP)
 	$(BIN)/mypy

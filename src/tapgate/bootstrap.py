@@ -70,7 +70,11 @@ def build_gateway(settings: Settings, store: Store | None = None, clock: Clock |
 
 
 def build_app(settings: Settings, store: Store | None = None, clock: Clock | None = None) -> FastAPI:
-    return create_app(build_gateway(settings, store, clock), max_body_bytes=settings.max_body_bytes)
+    return create_app(
+        build_gateway(settings, store, clock),
+        max_body_bytes=settings.max_body_bytes,
+        mcp_wait=settings.mcp_wait_seconds,
+    )
 
 
 def app_from_environment() -> FastAPI:

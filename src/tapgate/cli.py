@@ -294,6 +294,32 @@ def audit_verify(
     typer.echo(f"The audit journal verifies: {sum(counts.values())} entries in {tenants}.")
 
 
+@app.command("mcp")
+def mcp_stdio(
+    url: Annotated[
+        str,
+        typer.Option("--url", envvar="TAPGATE_URL", help="The running gateway, e.g. http://127.0.0.1:8080."),
+    ],
+    token: Annotated[
+        str,
+        typer.Option(
+            "--token", envvar="TAPGATE_AGENT_TOKEN", help="An agent token (or TAPGATE_AGENT_TOKEN)."
+        ),
+    ],
+    session: Annotated[
+        str | None,
+        typer.Option("--session", help="A session id: its phone_action tool, and its origin for policy."),
+    ] = None,
+    wait: Annotated[
+        float, typer.Option(min=0, max=300, help="Seconds a tool call waits for the device's answer.")
+    ] = 60.0,
+) -> None:
+    """An MCP server on stdio that speaks to a running gateway (for desktop assistants and IDE agents)."""
+    from tapgate.mcp_server.stdio import serve_stdio
+
+    _run(lambda: serve_stdio(url, token, session, wait))
+
+
 @app.command()
 def demo(
     keep: Annotated[bool, typer.Option(help="Keep the temporary folder and print where it is.")] = False,

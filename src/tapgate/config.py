@@ -57,6 +57,7 @@ class Settings(BaseSettings):
     push_relays: dict[str, str] = Field(default_factory=dict)
     webpush: WebPushSettings = Field(default_factory=WebPushSettings)
     max_body_bytes: int = Field(65_536, ge=1024, le=16 * 1024 * 1024)
+    mcp_wait_seconds: float = Field(60, ge=0, le=300)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
 
     @model_validator(mode="after")

@@ -240,6 +240,14 @@ class Gateway:
     ) -> list[dict[str, Any]]:
         return await tools.list_tools(self.store, caller, session_id, format, self.device_channel)
 
+    def tool_changes(
+        self, caller: Principal, session_id: str | None = None, format: ToolFormat = ToolFormat.MCP
+    ) -> AsyncIterator[list[dict[str, Any]]]:
+        """The caller's tool list now, then each time it changes (grants, devices, capabilities, the
+        session's phone); what the MCP server turns into ``notifications/tools/list_changed``."""
+        caller.require(TokenKind.AGENT, scope=Scope.TOOLS)
+        return tools.changes(self.ctx, caller, session_id, format)
+
     # invocations
 
     async def invoke(self, caller: Principal, call: Call, wait: float = 0) -> View:

@@ -40,5 +40,6 @@ def configure_logging(level: str = "info") -> None:
     for noisy in ("uvicorn.access",):
         logging.getLogger(noisy).disabled = True
     # httpx logs each request's full URL at INFO: a push service's URL carries the device's push address.
-    for chatty in ("httpx", "httpcore", "aiosqlite", "sqlalchemy.engine", "hpack"):
+    # The MCP SDK logs every session at INFO and message details (which can quote arguments) at DEBUG.
+    for chatty in ("httpx", "httpcore", "aiosqlite", "sqlalchemy.engine", "hpack", "mcp"):
         logging.getLogger(chatty).setLevel(logging.WARNING)

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
 
 from fastapi import FastAPI
 from prometheus_client import CollectorRegistry
+from starlette.routing import Route
 
 from tapgate import __version__
 from tapgate.api import errors
+from tapgate.api.mcp import McpEndpoint
 from tapgate.api.middleware import BodyLimit, Observe
 from tapgate.api.routes import (
     accounts,
@@ -27,6 +29,8 @@ from tapgate.api.routes import (
 )
 from tapgate.api.schemas import ErrorBody
 from tapgate.gateway import Gateway
+from tapgate.mcp_server.http import McpHttp
+from tapgate.mcp_server.server import DEFAULT_WAIT
 
 _ERRORS: dict[int | str, dict[str, Any]] = {
     status: {"model": ErrorBody, "description": text}
@@ -43,14 +47,19 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
 }
 
 
-def create_app(gateway: Gateway, max_body_bytes: int = 65_536) -> FastAPI:
-    """The HTTP API over ``gateway``; closing the app closes the gateway."""
+def create_app(gateway: Gateway, max_body_bytes: int = 65_536, mcp_wait: float = DEFAULT_WAIT) -> FastAPI:
+    """The HTTP API over ``gateway``, with the MCP server at ``/mcp`` when the device channel is on
+    (its tool calls held ``mcp_wait`` seconds); closing the app closes the gateway."""
+    mcp = McpHttp(gateway, gateway.public_url, mcp_wait) if gateway.device_channel else None
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         await gateway.start()
         try:
-            yield
+            async with AsyncExitStack() as stack:
+                if mcp is not None:  # a mounted MCP app's own lifespan never runs: the app runs its manager
+                    await stack.enter_async_context(mcp.run())
+                yield
         finally:
             await gateway.close()
 
@@ -77,6 +86,8 @@ def create_app(gateway: Gateway, max_body_bytes: int = 65_536) -> FastAPI:
         app.include_router(device.router, responses=_ERRORS)
         app.include_router(link.router, responses=_ERRORS)
         app.include_router(approvals.router, responses=_ERRORS)
+        assert mcp is not None
+        app.router.routes.append(Route(McpEndpoint.path, McpEndpoint(gateway, mcp), include_in_schema=False))
     app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
     app.add_middleware(Observe, registry=app.state.metrics)
     return app

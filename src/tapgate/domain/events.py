@@ -13,6 +13,9 @@ INVOCATION_LATE_REPORT = "invocation.late_report"
 APPROVAL_REQUESTED = "approval.requested"
 APPROVAL_DECIDED = "approval.decided"
 INGEST_MESSAGE = "ingest.message"
+# The agent's tool list may have changed (a grant, a device, its capabilities, a session's phone): ids
+# and a fixed word for what changed, never any text, so a runtime knows to list its tools again.
+TOOLS_CHANGED = "tools.changed"
 
 
 @dataclass(frozen=True, slots=True)

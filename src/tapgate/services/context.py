@@ -58,6 +58,11 @@ def events_key(tenant_id: str, user_id: str) -> str:
     return f"{tenant_id}:events:{user_id}"
 
 
+def tools_key(tenant_id: str, user_id: str) -> str:
+    """Notified when the user's tool list may have changed: grants, devices, capabilities, sessions."""
+    return f"{tenant_id}:tools:{user_id}"
+
+
 def wait_slice(ctx: Context, left: float) -> float:
     """How long one wait may sleep: all that is left, or the poll interval while notifications may be
     missed."""

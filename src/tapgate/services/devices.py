@@ -30,6 +30,7 @@ from tapgate.domain.tokens import issue_token
 from tapgate.ports import Clock, Store, UnitOfWork
 from tapgate.services.context import auth_key
 from tapgate.services.invoking import fail_open
+from tapgate.services.tools import announce_change, visible
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +117,8 @@ async def enrol(
     device = new_device(caller.tenant_id, user_id, body, DeviceStatus.ACTIVE, now)
     async with store.unit_of_work(caller.tenant_id) as uow:
         token = await add_device(uow, device, max_devices, caller.actor, "device.enrolled")
+        if device.granted():
+            await announce_change(uow, user_id, "enrolled", now, device_id=device.device_id)
     return NewDevice(device, token)
 
 
@@ -183,6 +186,8 @@ async def set_grants(
             ),
             now,
         )
+        if visible(updated) != visible(device.capabilities):
+            await announce_change(uow, user_id, "grants", now, device_id=device_id)
     return device.with_capabilities(updated)
 
 
@@ -196,6 +201,8 @@ async def revoke(store: Store, clock: Clock, caller: Principal, user_id: str, de
 
 
 async def revoke_in(uow: UnitOfWork, device: Device, now: datetime, actor: str, action: str) -> None:
+    if device.status is DeviceStatus.ACTIVE and device.granted():
+        await announce_change(uow, device.user_id, "revoked", now, device_id=device.device_id)
     await uow.devices.set_status(device.device_uid, DeviceStatus.REVOKED, now)
     await uow.credentials.revoke_device(device.device_uid, now)
     uow.notify(auth_key(device.tenant_id))  # every process forgets the device's token at once
@@ -254,6 +261,8 @@ async def redeclare_capabilities(store: Store, clock: Clock, caller: DeviceCalle
             ),
             now,
         )
+        if visible(merged) != visible(device.capabilities):
+            await announce_change(uow, device.user_id, "capabilities", now, device_id=device.device_id)
     return device.with_capabilities(merged)
 
 

@@ -22,6 +22,7 @@ from tapgate.domain.principals import Principal
 from tapgate.ports import Clock, Store
 from tapgate.services.context import auth_key
 from tapgate.services.devices import add_device, new_device, revoke_in
+from tapgate.services.tools import announce_change
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,6 +141,8 @@ async def decide(
                 data={"device_id": device.device_id, "granted": granted},
             )
             await uow.journal.append(record, now)
+            if device.granted():
+                await announce_change(uow, device.user_id, "paired", now, device_id=device.device_id)
         elif decided.status in (PairingStatus.DECLINED, PairingStatus.EXPIRED):
             if device.status is not DeviceStatus.REVOKED:
                 await revoke_in(uow, device, now, caller.actor, f"pairing.{decided.status.value}")

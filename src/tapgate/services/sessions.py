@@ -10,6 +10,7 @@ from tapgate.domain.errors import InvalidInput, NotFound
 from tapgate.domain.principals import Principal, Scope, TokenKind
 from tapgate.domain.sessions import Session, SessionKind, check_message_capabilities, check_session_id
 from tapgate.ports import Clock, Store
+from tapgate.services.tools import announce_change
 
 
 def _agent(caller: Principal) -> str:
@@ -83,6 +84,8 @@ async def record_message(
         elif PHONE_ACTIONS in names:
             raise InvalidInput("device_id", "device_id is required when the message offers phone_actions.")
         phone = device_uid if PHONE_ACTIONS in names else session.phone_device_uid
+        if phone != session.phone_device_uid:  # phone_action now acts on another phone, or appears
+            await announce_change(uow, user_id, "session", now, session_id=session_id)
         session = replace(
             session,
             latest_device_uid=device_uid,

@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from tapgate.domain import phone_action
-from tapgate.domain.devices import PHONE_ACTIONS, Capability, Device, DeviceStatus
+from tapgate.domain.devices import PHONE_ACTIONS, Capability, Declared, Device, DeviceStatus
 from tapgate.domain.errors import NotFound
+from tapgate.domain.events import TOOLS_CHANGED
 from tapgate.domain.principals import Principal, Scope, TokenKind
 from tapgate.domain.tools import ToolFormat, device_tool, phone_action_tool
 from tapgate.ports import Store, UnitOfWork
+from tapgate.services.context import Context, events_key, tools_key, wait_slice
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,3 +64,45 @@ async def _phone(uow: UnitOfWork, device_uid: str | None) -> Device | None:
         return None
     declared = device.declared(PHONE_ACTIONS)
     return device if declared is not None and declared.granted else None
+
+
+def visible(capabilities: Sequence[Declared]) -> list[Capability]:
+    """What of a device's capabilities an agent can see: the granted ones."""
+    return [d.capability for d in capabilities if d.granted]
+
+
+async def announce_change(
+    uow: UnitOfWork, user_id: str, change: str, now: datetime, *, device_id: str = "", session_id: str = ""
+) -> None:
+    """Tell the user's agents that their tool list may have changed: a ``tools.changed`` event (ids and
+    a fixed word, no text) and a wake-up for the MCP sessions watching the list."""
+    data = {"change": change} | ({"device_id": device_id} if device_id else {})
+    data |= {"session_id": session_id} if session_id else {}
+    await uow.events.append(user_id, TOOLS_CHANGED, data, now)
+    uow.notify(tools_key(uow.tenant_id, user_id))
+    uow.notify(events_key(uow.tenant_id, user_id))
+
+
+async def changes(
+    ctx: Context, caller: Principal, session_id: str | None, format: ToolFormat, idle: float = 30.0
+) -> AsyncIterator[list[dict[str, Any]]]:
+    """The caller's tool list now, then again each time it differs from the one before.
+
+    A wake-up only makes it list again, so a change that leaves the list as it was says nothing, and a
+    missed notification (while the wake is degraded) is caught on the poll interval. Raises NotFound
+    for an unknown session, Forbidden without the ``tools`` scope.
+    """
+    assert caller.user_id is not None
+    with ctx.wake.subscribe(tools_key(caller.tenant_id, caller.user_id)) as woken:
+        last = await list_tools(ctx.store, caller, session_id, format, ctx.device_channel)
+        yield last
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(woken.wait(), timeout=wait_slice(ctx, idle))
+            if not woken.is_set() and not ctx.wake.degraded:
+                continue
+            woken.clear()
+            current = await list_tools(ctx.store, caller, session_id, format, ctx.device_channel)
+            if current != last:
+                last = current
+                yield current

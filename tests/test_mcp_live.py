@@ -1,0 +1,294 @@
+"""The MCP server, driven by the official MCP client: over stdio (``tapgate mcp`` as the client's
+subprocess) and over streamable HTTP (``/mcp`` on a real gateway), in both protocol eras."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+import mcp
+import pytest
+
+from tapgate.adapters.store.migrate import migrate
+from tests.agents import POLICIES, Home, mcp_over_http, mcp_over_stdio, text_of
+from tests.conftest import blocking
+from tests.live import Server, tapgate, write_config
+from tests.world import bearer
+
+TIMEOUT = 4  # seconds an invocation waits for its device on this gateway
+WAIT = 1.5  # seconds an MCP tool call is held (the gateway's mcp_wait_seconds, and --wait for stdio)
+PUBLIC = "https://tapgate.example:8443"
+
+
+@dataclass
+class Live:
+    server: Server
+    database_url: str
+    folder: Path
+
+
+@pytest.fixture(scope="module")
+def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
+    folder = tmp_path_factory.mktemp("mcp")
+    url = f"sqlite:///{folder / 'tapgate.db'}"
+    blocking(migrate(url))
+    (folder / "policies.yaml").write_text(POLICIES)
+    config = write_config(
+        folder,
+        url,
+        invocation_timeout_seconds=TIMEOUT,
+        device_call_timeout_seconds=TIMEOUT,
+        mcp_wait_seconds=WAIT,
+        policies_file="policies.yaml",
+        public_url=PUBLIC,
+    )
+    server = Server(config).start()
+    try:
+        yield Live(server, url, folder)
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+async def home(live: Live) -> AsyncIterator[Home]:
+    async with httpx.AsyncClient(base_url=live.server.url, timeout=30) as client:
+        yield await Home(live.server.url, client).build(live.database_url)
+
+
+@contextlib.asynccontextmanager
+async def connect(
+    transport: str, live: Live, home: Home, mode: str = "auto", **client: Any
+) -> AsyncIterator[mcp.Client]:
+    """An official MCP client connected to ana's tools over ``transport``."""
+    if transport == "http":
+        async with mcp_over_http(f"{live.server.url}/mcp", home.agent, mode, **client) as session:
+            yield session
+        return
+    with (live.folder / "tapgate-mcp.log").open("a") as errlog:
+        extra = ("--wait", str(WAIT))
+        async with mcp_over_stdio(
+            live.server.url, home.agent, errlog, *extra, mode=mode, **client
+        ) as session:
+            yield session
+
+
+TRANSPORTS = ["stdio", "http"]
+ERAS = [("stdio", "auto"), ("stdio", "legacy"), ("http", "auto"), ("http", "legacy")]
+
+
+@pytest.mark.parametrize(("transport", "mode"), ERAS)
+async def test_an_mcp_client_lists_the_granted_device_tools_and_calls_one_its_device_answers(
+    transport: str, mode: str, live: Live, home: Home
+) -> None:
+    with anyio.fail_after(30):
+        async with home.answering("desk-lamp") as seen, connect(transport, live, home, mode) as session:
+            assert session.protocol_version == ("2025-11-25" if mode == "legacy" else "2026-07-28")
+            tools = {tool.name: tool for tool in (await session.list_tools()).tools}
+            assert set(tools) == {
+                "device__desk_lamp__set_light",
+                "device__hall_lamp__set_light",
+                "device__front_door__unlock",
+                "device__kettle__boil",
+                "device__ana_phone__sms_send",
+                "tapgate_result",
+            }  # read_temperature is declared but not granted; phone_action needs a session
+            lamp = tools["device__desk_lamp__set_light"]
+            assert lamp.description is not None and lamp.description.startswith("[DEVICE Desk lamp (lamp)")
+            assert lamp.input_schema["required"] == ["on"]
+            assert lamp.input_schema["additionalProperties"] is False
+
+            result = await session.call_tool("device__desk_lamp__set_light", {"on": True, "brightness": 40})
+
+    assert result.is_error is False
+    assert text_of(result).endswith("The device says: set_light done")
+    assert result.structured_content["status"] == "done"
+    assert result.structured_content["result"]["trust"] == "external_untrusted"
+    [call] = seen
+    assert call["device"] == "desk-lamp"
+    assert call["arguments"] == {"on": True, "brightness": 40}
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_refused_calls_are_errors_with_the_reason_the_model_reads_and_reach_no_device(
+    transport: str, live: Live, home: Home
+) -> None:
+    with anyio.fail_after(30):
+        async with home.answering("desk-lamp") as seen, connect(transport, live, home) as session:
+            blocked = await session.call_tool("device__front_door__unlock", {})
+            ungranted = await session.call_tool("device__desk_lamp__read_temperature", {})
+            off_schema = await session.call_tool("device__desk_lamp__set_light", {"on": "yes", "colour": 1})
+            unknown = await session.call_tool("device__garage__open", {})
+            bad_result_call = await session.call_tool("tapgate_result", {"wait": 5})
+
+    assert blocked.is_error and text_of(blocked) == "[policy] Doors stay locked from here"
+    assert ungranted.is_error and text_of(ungranted).startswith(
+        "[deny] the person has not granted read_temperature"
+    )
+    assert off_schema.is_error and text_of(off_schema).startswith("[deny] ")
+    assert unknown.is_error and text_of(unknown) == "[deny] unknown tool"
+    assert bad_result_call.is_error
+    assert "invocation_id" in text_of(bad_result_call) and "required" in text_of(bad_result_call)
+    assert seen == []
+    audit = await home.client.get("/v1/audit?limit=1000", headers=bearer(home.operator))
+    refused = [e for e in audit.json()["entries"] if e["action"] == "invocation.refused"]
+    assert len(refused) == 4  # every refusal is journalled by the check chain
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_a_call_its_device_never_answers_returns_its_id_and_tapgate_result_later_shows_it_expired(
+    transport: str, live: Live, home: Home
+) -> None:
+    with anyio.fail_after(30):
+        async with connect(transport, live, home) as session:
+            waiting = await session.call_tool("device__hall_lamp__set_light", {"on": True})
+            invocation_id = waiting.structured_content["id"]
+            later = await session.call_tool(
+                "tapgate_result", {"invocation_id": invocation_id, "wait": TIMEOUT + 5}
+            )
+
+    assert waiting.is_error is False
+    assert waiting.structured_content["status"] == "pending"
+    assert f"Call tapgate_result with invocation_id={invocation_id}" in text_of(waiting)
+    assert later.is_error is True
+    assert later.structured_content["status"] == "expired"
+    assert text_of(later).startswith("tool.device_offline:")
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_a_call_the_person_must_approve_gives_the_binding_code_and_a_late_yes_is_not_lost(
+    transport: str, live: Live, home: Home
+) -> None:
+    with anyio.fail_after(30):
+        async with home.answering("kettle") as seen, connect(transport, live, home) as session:
+            asked = await session.call_tool("device__kettle__boil", {})
+            code = asked.structured_content["binding_code"]
+            assert seen == []  # nothing reaches the kettle before the person says yes
+            await home.approve_the_waiting_card(code)
+            later = await session.call_tool(
+                "tapgate_result", {"invocation_id": asked.structured_content["id"], "wait": TIMEOUT}
+            )
+
+    assert asked.is_error is False
+    assert asked.structured_content["status"] == "awaiting_approval"
+    assert re.search(rf"the card shows the code {code}\b", text_of(asked))
+    assert "Call tapgate_result with invocation_id=" in text_of(asked)
+    assert later.structured_content["status"] == "done"
+    assert text_of(later).endswith("The device says: boil done")
+    assert [call["capability"] for call in seen] == ["boil"]
+
+
+@pytest.mark.parametrize(("transport", "mode"), ERAS)
+async def test_the_client_hears_that_the_tool_list_changed_when_a_grant_is_withdrawn(
+    transport: str, mode: str, live: Live, home: Home
+) -> None:
+    changed = anyio.Event()
+
+    async def on_message(message: object) -> None:
+        if isinstance(message, mcp.types.ToolListChangedNotification):
+            changed.set()
+
+    with anyio.fail_after(30):
+        async with connect(transport, live, home, mode, message_handler=on_message) as session:
+            before = {tool.name for tool in (await session.list_tools()).tools}
+            assert "device__desk_lamp__set_light" in before
+            if mode == "legacy":
+                await home.grant("desk-lamp", "set_light", False)
+                await changed.wait()
+            else:
+                async with session.listen(tools_list_changed=True) as events:
+                    await home.grant("desk-lamp", "set_light", False)
+                    async for _ in events:
+                        break
+            after = {tool.name for tool in (await session.list_tools()).tools}
+
+    assert before - after == {"device__desk_lamp__set_light"}
+
+
+async def test_the_mcp_endpoint_wants_an_agent_token_on_every_request(live: Live, home: Home) -> None:
+    initialize = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-11-25",
+            "capabilities": {},
+            "clientInfo": {"name": "probe", "version": "1"},
+        },
+    }
+    headers = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+    post = home.client.post
+
+    nobody = await post("/mcp", json=initialize, headers=headers)
+    stranger = await post("/mcp", json=initialize, headers=headers | bearer("tg_nope"))
+    person = await post("/mcp", json=initialize, headers=headers | bearer(home.user))
+    agent = await post("/mcp", json=initialize, headers=headers | bearer(home.agent))
+
+    assert nobody.status_code == 401 and nobody.json()["error"]["code"] == "unauthenticated"
+    assert nobody.headers["WWW-Authenticate"] == "Bearer"
+    assert stranger.status_code == 401 and stranger.json()["error"]["code"] == "unauthenticated"
+    assert person.status_code == 403 and person.json()["error"]["code"] == "forbidden"
+    assert agent.status_code == 200
+    session_id = agent.headers["mcp-session-id"]
+    other_agent = await home.token("agent", agent_id="other")
+    listed = {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
+    taken = await post(
+        "/mcp", json=listed, headers=headers | bearer(other_agent) | {"mcp-session-id": session_id}
+    )
+    assert taken.status_code == 404  # a session belongs to the token that opened it
+
+
+async def test_the_mcp_endpoint_answers_the_public_host_and_loopback_and_no_other(
+    live: Live, home: Home
+) -> None:
+    headers = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+    headers |= bearer(home.agent)
+    probe = {"jsonrpc": "2.0", "id": 1, "method": "ping"}
+
+    async def status(host: str) -> int:
+        r = await home.client.post("/mcp", json=probe, headers=headers | {"Host": host})
+        return r.status_code
+
+    assert await status("tapgate.example:8443") != 421
+    assert await status(f"localhost:{live.server.port}") != 421
+    assert await status("attacker.example") == 421
+
+
+async def test_tapgate_mcp_says_why_it_cannot_start(live: Live, home: Home) -> None:
+    bad_token = tapgate("mcp", "--url", live.server.url, "--token", home.agent + "x")
+    nobody_there = tapgate("mcp", "--url", "http://127.0.0.1:9", "--token", home.agent)
+
+    assert bad_token.returncode == 1
+    assert "token" in bad_token.stderr.lower() and "Traceback" not in bad_token.stderr
+    assert nobody_there.returncode == 1
+    assert "did not answer" in nobody_there.stderr and "Traceback" not in nobody_there.stderr
+
+
+async def test_with_the_device_flags_off_there_is_no_mcp_endpoint(api: httpx.AsyncClient) -> None:
+    """Gate G12."""
+    r = await api.post("/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "ping"})
+    assert r.status_code == 404
+    assert json.loads(r.text)["error"]["code"] == "not_found"
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_no_argument_text_reaches_a_log_line(transport: str, live: Live, home: Home) -> None:
+    """Gate G11, through MCP."""
+    secretish = "purple-elephant-4242"
+    with anyio.fail_after(30):
+        async with connect(transport, live, home) as session:
+            sent = await session.call_tool(
+                "device__ana_phone__sms_send", {"to": "+15550001111", "body": f"Meet at {secretish}"}
+            )
+            await session.call_tool("device__desk_lamp__set_light", {"on": secretish})
+
+    assert sent.structured_content["status"] == "pending"  # nobody runs the phone here
+    stdio_log = live.folder / "tapgate-mcp.log"  # what the tapgate mcp processes wrote
+    logs = live.server.logs() + (stdio_log.read_text() if stdio_log.exists() else "")
+    assert secretish not in logs
