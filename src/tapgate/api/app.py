@@ -23,12 +23,15 @@ from tapgate.api.routes import (
     invocations,
     link,
     pairings,
+    webapp,
 )
 from tapgate.gateway import Gateway
 
 
-def create_app(gateway: Gateway, max_body_bytes: int = 65_536) -> FastAPI:
-    """The HTTP API over ``gateway``; closing the app closes the gateway."""
+def create_app(gateway: Gateway, max_body_bytes: int = 65_536, web_push_key: str | None = None) -> FastAPI:
+    """The HTTP API over ``gateway``, and the browser phone app at /app when the device channel is on;
+    ``web_push_key`` is the VAPID public key the app subscribes to Web Push with. Closing the app closes
+    the gateway."""
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -45,6 +48,7 @@ def create_app(gateway: Gateway, max_body_bytes: int = 65_536) -> FastAPI:
         lifespan=lifespan,
     )
     app.state.gateway = gateway
+    app.state.web_push_key = web_push_key
     app.state.metrics = CollectorRegistry()
     errors.install(app)
     app.include_router(health.router)
@@ -61,6 +65,8 @@ def create_app(gateway: Gateway, max_body_bytes: int = 65_536) -> FastAPI:
         app.include_router(device.router)
         app.include_router(link.router)
         app.include_router(approvals.router)
+        app.include_router(webapp.router)
+        app.mount("/app", webapp.static_app(), name="app")
     app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
     app.add_middleware(Observe, registry=app.state.metrics)
     return app
