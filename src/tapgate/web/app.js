@@ -75,6 +75,12 @@ function clock(iso) {
 
 async function main() {
   readFragment();
+  if (!window.isSecureContext || !window.crypto || !crypto.subtle) {
+    // Browsers keep WebCrypto (and service workers and push) from pages on plain http.
+    notify("Open this page over https:// (or on localhost): on plain http this browser cannot keep a key.");
+    show("welcome");
+    return;
+  }
   registerServiceWorker();
   config = await loadConfig();
   try {
