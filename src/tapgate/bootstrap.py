@@ -7,6 +7,7 @@ from pathlib import Path
 from fastapi import FastAPI
 
 from tapgate.adapters.clock import SystemClock
+from tapgate.adapters.push.webpush import application_server_key
 from tapgate.adapters.store.sql import open_sql_store
 from tapgate.adapters.store.urls import engine_url
 from tapgate.adapters.wake.local import LocalWake
@@ -69,11 +70,19 @@ def build_gateway(settings: Settings, store: Store | None = None, clock: Clock |
     )
 
 
+def web_push_key(settings: Settings) -> str | None:
+    """The VAPID public key browsers subscribe with, or None without a VAPID key. Raises
+    ConfigurationError for a key that is not a P-256 private key."""
+    vapid = settings.webpush.vapid_private_key
+    return application_server_key(vapid) if vapid else None
+
+
 def build_app(settings: Settings, store: Store | None = None, clock: Clock | None = None) -> FastAPI:
     return create_app(
         build_gateway(settings, store, clock),
         max_body_bytes=settings.max_body_bytes,
         mcp_wait=settings.mcp_wait_seconds,
+        web_push_key=web_push_key(settings),
     )
 
 

@@ -21,6 +21,7 @@ from tapgate.domain.errors import ConfigurationError, TapgateError
 from tapgate.domain.principals import Principal, TokenKind
 
 T = TypeVar("T")
+SHUTDOWN_GRACE_SECONDS = 5
 
 app = typer.Typer(
     help="tapgate: let an AI agent act on a person's devices while the person stays in charge.",
@@ -182,11 +183,12 @@ def serve(
 
     from tapgate.adapters.store.migrate import pending_migrations
     from tapgate.adapters.store.urls import is_postgres
-    from tapgate.bootstrap import load_policies
+    from tapgate.bootstrap import load_policies, web_push_key
 
     settings = _settings(config)
     try:
         load_policies(settings)
+        web_push_key(settings)
     except ConfigurationError as e:
         raise fail(str(e)) from None
     if workers > 1 and not is_postgres(settings.database_url):
@@ -212,6 +214,8 @@ def serve(
         access_log=False,
         log_config=None,
         ws_per_message_deflate=False,
+        # Long-polls and device links would hold a shutdown for up to a minute; devices reconnect.
+        timeout_graceful_shutdown=SHUTDOWN_GRACE_SECONDS,
     )
 
 

@@ -26,6 +26,7 @@ from tapgate.api.routes import (
     invocations,
     link,
     pairings,
+    webapp,
 )
 from tapgate.api.schemas import ErrorBody
 from tapgate.gateway import Gateway
@@ -47,9 +48,15 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
 }
 
 
-def create_app(gateway: Gateway, max_body_bytes: int = 65_536, mcp_wait: float = DEFAULT_WAIT) -> FastAPI:
-    """The HTTP API over ``gateway``, with the MCP server at ``/mcp`` when the device channel is on
-    (its tool calls held ``mcp_wait`` seconds); closing the app closes the gateway."""
+def create_app(
+    gateway: Gateway,
+    max_body_bytes: int = 65_536,
+    mcp_wait: float = DEFAULT_WAIT,
+    web_push_key: str | None = None,
+) -> FastAPI:
+    """The HTTP API over ``gateway``; when the device channel is on, also the MCP server at ``/mcp`` (its
+    tool calls held ``mcp_wait`` seconds) and the browser phone app at ``/app`` (``web_push_key`` is the
+    VAPID public key it subscribes to Web Push with). Closing the app closes the gateway."""
     mcp = McpHttp(gateway, gateway.public_url, mcp_wait) if gateway.device_channel else None
 
     @asynccontextmanager
@@ -70,6 +77,7 @@ def create_app(gateway: Gateway, max_body_bytes: int = 65_536, mcp_wait: float =
         lifespan=lifespan,
     )
     app.state.gateway = gateway
+    app.state.web_push_key = web_push_key
     app.state.metrics = CollectorRegistry()
     errors.install(app)
     app.include_router(health.router)
@@ -88,6 +96,8 @@ def create_app(gateway: Gateway, max_body_bytes: int = 65_536, mcp_wait: float =
         app.include_router(approvals.router, responses=_ERRORS)
         assert mcp is not None
         app.router.routes.append(Route(McpEndpoint.path, McpEndpoint(gateway, mcp), include_in_schema=False))
+        app.include_router(webapp.router)
+        app.mount("/app", webapp.static_app(), name="app")
     app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
     app.add_middleware(Observe, registry=app.state.metrics)
     return app

@@ -232,6 +232,7 @@ class DeviceInvocation(BaseModel):
     summary: str | None
     created_at: str
     expires_at: str
+    binding_code: str | None = Field(None, description="The code on the agent's view, when it was approved")
 
 
 class DeviceInvocations(BaseModel):

@@ -49,4 +49,6 @@ def device_invocation(invocation: Invocation) -> dict[str, Any]:
         "summary": summary if isinstance(summary, str) else None,
         "created_at": invocation.created_at.isoformat(),
         "expires_at": invocation.expires_at.isoformat(),
+        # The code the agent's view shows too, when the call was approved first: the card repeats it.
+        "binding_code": invocation.binding_code,
     }

@@ -95,6 +95,7 @@ def invoke_frame(invocation: Invocation, summary: str | None) -> dict[str, Any]:
         "input": dict(invocation.arguments),
         "summary": summary,
         "expires_at": invocation.expires_at.isoformat(),
+        "binding_code": invocation.binding_code,
     }
 
 

@@ -163,3 +163,14 @@ def _vapid_key(encoded: str) -> ec.EllipticCurvePrivateKey:
     if not isinstance(key, ec.EllipticCurvePrivateKey) or not isinstance(key.curve, ec.SECP256R1):
         raise ConfigurationError("webpush.vapid_private_key must be a P-256 (prime256v1) key.")
     return key
+
+
+def application_server_key(vapid_private_key: str) -> str:
+    """The key a browser subscribes with (base64url of the uncompressed P-256 point) for the operator's
+    ``vapid_private_key`` (base64url DER PKCS#8). Raises ConfigurationError for a key that is not one."""
+    point = (
+        _vapid_key(vapid_private_key)
+        .public_key()
+        .public_bytes(serialization.Encoding.X962, serialization.PublicFormat.UncompressedPoint)
+    )
+    return base64.urlsafe_b64encode(point).rstrip(b"=").decode()

@@ -135,6 +135,7 @@ class DeviceLink:
                             "input": view["arguments"],
                             "summary": view["summary"],
                             "expires_at": view["expires_at"],
+                            "binding_code": view["binding_code"],
                         }
                         await self.ws.send_text(json.dumps(frame))
                 sent = {i.invocation_id for i in pending}

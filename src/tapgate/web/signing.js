@@ -1,0 +1,37 @@
+// The text a device signs to decide an approval (DESIGN §6): the same eight lines, byte for byte, as
+// tapgate.domain.approvals.signed_text builds on the server, each ending in "\n".
+
+const LINE_BREAKS = /[\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029]/;
+// What tapgate.domain.text.unsafe_character refuses: controls, format characters (bidirectional marks
+// included), unassigned, private use, surrogates, separators and the invisible fillers.
+const UNSAFE = /[\p{Cc}\p{Cf}\p{Cn}\p{Co}\p{Cs}\p{Zl}\p{Zp}\u115f\u1160\u3164\uffa0\u2800]/u;
+const HEX64 = /^[0-9a-f]{64}$/;
+const HEX32 = /^[0-9a-f]{32}$/;
+
+function line(name, value, mayBeEmpty) {
+  if (typeof value !== "string") throw new Error(`${name} must be text`);
+  if (!value && !mayBeEmpty) throw new Error(`${name} must not be empty`);
+  if (LINE_BREAKS.test(value) || UNSAFE.test(value)) throw new Error(`${name} holds a hidden or line-breaking character`);
+  return value;
+}
+
+/** The exact text to sign for `approval` (as GET /v1/inbox gives it) and `decision` ("approved" or
+ * "denied"). Throws for an approval whose fields could not be signed safely. */
+export function signedText(approval, decision) {
+  if (decision !== "approved" && decision !== "denied") throw new Error("decision must be approved or denied");
+  const sign = approval.sign;
+  if (!HEX64.test(sign.action_sha256)) throw new Error("action_sha256 must be 64 lower-case hex digits");
+  if (!HEX32.test(sign.challenge)) throw new Error("challenge must be 32 lower-case hex digits");
+  if (!Number.isSafeInteger(sign.expires_at) || sign.expires_at < 0) throw new Error("expires_at must be a whole number");
+  return [
+    line("format", sign.format, false),
+    `approval: ${line("approval_id", approval.id, false)}`,
+    `decision: ${decision}`,
+    `kind: ${line("kind", approval.kind, false)}`,
+    `subject: ${line("subject", approval.subject, true)}`,
+    `action-sha256: ${sign.action_sha256}`,
+    `challenge: ${sign.challenge}`,
+    `expires: ${sign.expires_at}`,
+    "",
+  ].join("\n");
+}

@@ -1,0 +1,53 @@
+"""Debian's Chromium driven by Playwright for Python, for the browser phone app's end-to-end tests.
+
+The tests need /usr/bin/chromium (Debian's package ``chromium``) and the ``playwright`` Python package,
+which drives a given executable: Playwright's own browser download is never used. Where either is
+missing the tests are skipped with the reason, unless TAPGATE_TEST_BROWSER_REQUIRED is set (as .ci/run
+does), which turns the skip into a failure.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+CHROMIUM = Path(os.environ.get("TAPGATE_TEST_CHROMIUM", "/usr/bin/chromium"))
+# As the machine notes say Debian's Chromium runs here: no sandbox as root, and nothing that would
+# reach out to Google's services from a closed network.
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+HOW_TO_GET_A_BROWSER = (
+    "the browser app's tests need Debian's Chromium at {chromium} and Playwright for Python: "
+    "apt-get update && apt-get install -y chromium, and pip install playwright "
+    "(never 'playwright install': the tests drive Debian's Chromium, not a downloaded one)"
+)
+ARTIFACTS = Path(__file__).parent / "artifacts"
+# Everything but the gateway on loopback: a test never reaches the internet, and a map link opened in a
+# tab is answered at once instead of waiting for a lookup that cannot succeed here.
+NOT_LOOPBACK = re.compile(r"^(?!https?://127\.0\.0\.1[:/]|wss?://127\.0\.0\.1[:/]|blob:|data:).+")
+
+
+def require_browser() -> None:
+    """Skip (or, with TAPGATE_TEST_BROWSER_REQUIRED set, fail) when Chromium or Playwright is missing."""
+    missing = []
+    if not CHROMIUM.exists():
+        missing.append(f"no {CHROMIUM}")
+    if importlib.util.find_spec("playwright") is None:
+        missing.append("no playwright package")
+    if not missing:
+        return
+    reason = f"{', '.join(missing)}: " + HOW_TO_GET_A_BROWSER.format(chromium=CHROMIUM)
+    if os.environ.get("TAPGATE_TEST_BROWSER_REQUIRED"):
+        pytest.fail(reason)
+    pytest.skip(reason)
