@@ -6,8 +6,8 @@ when every step did what it says.
 
 from __future__ import annotations
 
-import base64
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -18,11 +18,13 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import ec
 from rich.console import Console
+from rich.markup import escape
+
+from tapgate.device.examples import LAMP_MANIFEST
 
 console = Console(stderr=False, highlight=False)
 
@@ -46,7 +48,7 @@ def _tapgate(*args: str) -> subprocess.CompletedProcess[str]:
 
 def _step(title: str, ok: bool, detail: str = "") -> None:
     mark = "[green]ok[/green]  " if ok else "[red]FAIL[/red]"
-    console.print(f"{mark} {title}" + (f" [dim]{detail}[/dim]" if detail else ""))
+    console.print(f"{mark} {escape(title)}" + (f" [dim]{escape(detail)}[/dim]" if detail else ""))
     if not ok:
         raise StepFailed(title)
 
@@ -83,84 +85,147 @@ def _wait_ready(client: httpx.Client, process: subprocess.Popen[str], seconds: f
     return False
 
 
-def _public_key() -> str:
-    key = ec.generate_private_key(ec.SECP256R1()).public_key()
-    der = key.public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
-    return base64.b64encode(der).decode()
+PHONE_MANIFEST = [*LAMP_MANIFEST, {"name": "sms_send"}, {"name": "phone_actions"}]
 
 
-LAMP = {
-    "name": "set_light",
-    "kind": "actuator",
-    "description": "Turn the lamp on or off and set its brightness.",
-    "params": {"on": {"type": "boolean", "required": True}, "brightness": {"type": "number"}},
-}
-
-
-def _devices(
-    client: httpx.Client, operator: dict[str, str], user: dict[str, str], agent: dict[str, str]
-) -> None:
-    r = client.post(
-        "/v1/users/ana/devices",
-        headers=operator,
-        json={
-            "device_id": "desk-lamp",
-            "name": "Desk lamp",
-            "kind": "lamp",
-            "alg": "p256",
-            "public_key": _public_key(),
-            "capabilities": [LAMP],
-            "grants": ["set_light"],
-        },
-    )
-    _step(
-        "the operator enrols ana's desk lamp with its key, set_light granted",
-        r.status_code == 201,
-        r.text[:80],
-    )
+def _phone(folder: Path, client: httpx.Client, user: dict[str, str]) -> subprocess.Popen[str]:
+    """Pair a terminal phone by its link and comparison code, and start it answering."""
+    key = folder / "phone.pem"
+    made = _tapgate("device", "keygen", str(key))
+    _step("tapgate device keygen makes the phone's P-256 key", made.returncode == 0, made.stderr.strip())
     r = client.post("/v1/users/ana/pairings", json={}, headers=user)
-    _step(
-        "ana asks for a pairing code (a link and a QR code)",
-        r.status_code == 201,
-        r.json().get("url", "")[:48],
-    )
+    _step("ana asks for a pairing link (and its QR code)", r.status_code == 201, r.json().get("url", "")[:60])
     pairing = r.json()
     qr = client.get(f"/v1/pairings/{pairing['pairing_id']}/qr.svg", headers=user)
     _step("the QR code draws as SVG", qr.status_code == 200 and "<svg" in qr.text)
-    r = client.post(
-        "/v1/pair",
-        json={
-            "code": pairing["code"],
-            "device_id": "ana-phone",
-            "name": "Ana's phone",
-            "kind": "phone",
-            "alg": "p256",
-            "public_key": _public_key(),
-            "capabilities": [{"name": "sms_send"}, {"name": "phone_actions"}],
-        },
+    manifest = folder / "phone.json"
+    manifest.write_text(json.dumps(PHONE_MANIFEST))
+    state = folder / "phone-state.json"
+    paired = _tapgate(
+        "device",
+        "pair",
+        pairing["url"],
+        str(key),
+        "ana-phone",
+        "--name",
+        "Ana's phone",
+        "--capability",
+        f"@{manifest}",
+        "--state",
+        str(state),
     )
-    _step(
-        "ana's phone claims the code and shows a comparison code",
-        r.status_code == 201,
-        r.json().get("comparison_code", ""),
-    )
+    code = paired.stdout.strip().splitlines()[-1].removeprefix("comparison code: ") if paired.stdout else ""
+    _step("tapgate device pair claims the link and shows a comparison code", paired.returncode == 0, code)
+    grants = ["set_light", "unplug", "sms_send", "phone_actions"]
     r = client.post(
         f"/v1/pairings/{pairing['pairing_id']}/consent",
+        json={"comparison_code": code, "approved": True, "grants": grants},
         headers=user,
-        json={
-            "comparison_code": r.json()["comparison_code"],
-            "approved": True,
-            "grants": ["sms_send"],
-        },
     )
-    _step("ana types the code and grants sms_send only", r.status_code == 200, r.json()["device"]["status"])
+    _step(
+        "ana types the code and grants the lamp, texts and phone actions", r.status_code == 200, r.text[:60]
+    )
+    log = (folder / "phone.log").open("w")
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "tapgate",
+            "device",
+            "run",
+            "--state",
+            str(state),
+            "--auto",
+            "done",
+            "--approve",
+            "auto-approve",
+            "--handlers",
+            "tapgate.device.examples",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+def _agent_story(
+    client: httpx.Client, agent: dict[str, str], phone: dict[str, str], operator: dict[str, str]
+) -> None:
     r = client.get("/v1/tools", headers=agent)
     names = [t["function"]["name"] for t in r.json()["tools"]]
+    expected = ["device__ana_phone__set_light", "device__ana_phone__unplug", "device__ana_phone__sms_send"]
+    _step("the agent sees exactly the granted device tools", names == expected, ", ".join(names))
+
+    def call(tool: str, arguments: dict[str, object], **extra: object) -> dict[str, Any]:
+        body = {"tool": tool, "arguments": arguments, "wait": 30, **extra}
+        return dict(client.post("/v1/invocations", json=body, headers=agent, timeout=40).json())
+
+    lamp = call("device__ana_phone__set_light", {"on": True, "brightness": 40})
+    result = lamp.get("result") or {}
     _step(
-        "the agent sees exactly the granted tools",
-        names == ["device__desk_lamp__set_light", "device__ana_phone__sms_send"],
-        ", ".join(names),
+        "the agent switches the lamp; the phone's handler answers",
+        lamp["status"] == "done",
+        str(result.get("message")),
     )
+    client.put("/v1/sessions/chat-1", json={"kind": "chat", "attended": True}, headers=agent)
+    client.post(
+        "/v1/sessions/chat-1/messages",
+        json={"device_id": "ana-phone", "capabilities": ["phone_actions"]},
+        headers=agent,
+    )
+    torch = call("phone_action", {"action": "torch", "on": True, "summary": "Torch on"}, session_id="chat-1")
+    _step(
+        "in ana's chat the agent turns the torch on with phone_action",
+        torch["status"] == "done",
+        str((torch.get("result") or {}).get("text", "")).splitlines()[0],
+    )
+    unplug = call("device__ana_phone__unplug", {})
+    _step(
+        "unplugging asks ana: her phone signs the approval and then does it",
+        unplug["status"] == "done",
+        f"binding code {unplug.get('binding_code')}",
+    )
+    entries = client.get("/v1/audit?limit=1000", headers=operator).json()["entries"]
+    decided = [e["data"].get("decided_by") for e in entries if e["action"] == "approval.decided"]
+    _step(
+        "the journal shows the decision signed by the phone's key",
+        decided == ["device:ana-phone"],
+        str(decided),
+    )
+    secret = call("device__ana_phone__sms_send", {"to": "+15551234567", "body": "key AKIAIOSFODNN7EXAMPLE"})
+    _step(
+        "a text carrying a cloud key is refused before anything is written",
+        secret["status"] == "refused",
+        str(secret.get("reason")),
+    )
+    sms = {
+        "channel": "sms",
+        "sender": "+15550001111",
+        "body": "Your parcel comes at 10",
+        "received_at": "2026-11-30T09:00:00Z",
+    }
+    r = client.post("/v1/device/ingest", json=sms, headers=phone)
+    _step(
+        "the phone forwards a received SMS: kept once, routed to triage",
+        r.status_code == 202,
+        r.json().get("session_id", ""),
+    )
+    ingest = _first_event(client, agent, "ingest.message")
+    _step(
+        "the agent's event stream carries it as untrusted content",
+        ingest.get("trust") == "untrusted",
+        str(ingest.get("framing", ""))[:60],
+    )
+
+
+def _first_event(client: httpx.Client, agent: dict[str, str], kind: str) -> dict[str, object]:
+    with client.stream("GET", "/v1/events", headers=agent, timeout=10) as stream:
+        for line in stream.iter_lines():
+            if line.startswith("data: "):
+                data = json.loads(line[6:])
+                if data.get("type") == kind:
+                    return dict(data)
+    return {}
 
 
 def run_demo(keep: bool = False) -> int:
@@ -209,20 +274,34 @@ def _story(folder: Path) -> None:
         r = client.post("/v1/users/ana/tokens", json={"kind": "user"}, headers=as_operator)
         _step("the operator mints ana's own user token", r.status_code == 201, ", ".join(r.json()["scopes"]))
         user = r.json()["token"]
-        _devices(
-            client, as_operator, {"Authorization": f"Bearer {user}"}, {"Authorization": f"Bearer {agent}"}
-        )
+        phone = _phone(folder, client, {"Authorization": f"Bearer {user}"})
+        try:
+            token = json.loads((folder / "phone-state.json").read_text())["token"]
+            _agent_story(
+                client,
+                {"Authorization": f"Bearer {agent}"},
+                {"Authorization": f"Bearer {token}"},
+                as_operator,
+            )
+        finally:
+            phone.terminate()
+            phone.wait(timeout=10)
         r = client.post("/v1/users", json={"user_id": "eve"}, headers={"Authorization": f"Bearer {agent}"})
         _step("an agent token cannot add people", r.status_code == 403, r.json()["error"]["message"])
         r = client.post("/v1/users", json={"user_id": "eve"})
         _step("no token, no entry", r.status_code == 401, r.json()["error"]["message"])
         r = client.get("/v1/audit", headers=as_operator)
         actions = [e["action"] for e in r.json()["entries"]]
-        expected = [
-            *("tenant.created", "token.created", "user.created", "token.created", "token.created"),
-            *("device.enrolled", "pairing.started", "pairing.claimed", "pairing.confirmed"),
-        ]
-        _step("the audit journal holds every decision", actions == expected, " → ".join(actions))
+        expected = {
+            "user.created",
+            "pairing.confirmed",
+            "invocation.created",
+            "invocation.answered",
+            "approval.decided",
+            "invocation.refused",
+            "ingest.received",
+        }
+        _step("the audit journal holds every decision", expected <= set(actions), f"{len(actions)} entries")
         secret_free = all(token not in r.text for token in (operator, agent, user))
         _step("no token appears in the journal", secret_free)
     verified = _tapgate("audit", "verify", "--config", str(config))
