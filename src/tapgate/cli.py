@@ -311,6 +311,12 @@ def bench(
         ),
     ] = None,
     no_postgres: Annotated[bool, typer.Option("--no-postgres", help="Skip the PostgreSQL rows.")] = False,
+    profile: Annotated[
+        bool,
+        typer.Option(
+            "--profile", help="Sample the servers with py-spy in each timed window (OUT/profile-ROW-*.txt)."
+        ),
+    ] = False,
 ) -> None:
     """The benchmark suite of DESIGN §11: tapgate against a floor, in one run; prints a table and writes
     results.json and results.png."""
@@ -323,6 +329,11 @@ def bench(
     if quick and smoke:
         typer.echo("Choose one of --quick and --smoke.", err=True)
         raise typer.Exit(2)
+    if profile:
+        from tapgate.bench.profile import py_spy
+
+        if py_spy() is None:
+            raise fail("--profile needs py-spy: install the bench extra (pip install 'tapgate[bench]').")
     try:
         rows.select(only or [])
     except ValueError as e:
@@ -335,11 +346,14 @@ def bench(
         only=only or [],
         out=out,
         postgres_admin=None if (no_postgres or smoke) else admin,
+        profile=profile,
     )
     console = Console(width=None if sys.stdout.isatty() else 160)
     results = run(options, lambda line: console.print(line, highlight=False))
     report.print_table(results, console)
     report.write_json(results, out / "results.json")
+    if profile:
+        console.print(f"Profiles: {out}/profile-<row>-<server>.txt (summaries) and .folded (stacks).")
     if report.write_plot(results, out / "results.png"):
         console.print(f"Wrote {out / 'results.json'} and {out / 'results.png'}.")
     else:

@@ -182,10 +182,12 @@ async def roundtrip(job: dict[str, Any], stdin: Stdin) -> dict[str, Any]:
     await device.start()
     await agent.start()
     emit("ready")
-    _, end = await stdin.window()
+    warm_until, end = await stdin.window()
     samples: list[float] = []
     try:
         for _ in range(int(job["warmup"])):
+            if time.monotonic() > warm_until:
+                break
             await agent.invoke()
         measured_from = time.monotonic()
         for _ in range(int(job["count"])):
@@ -242,8 +244,8 @@ async def _bounded(jobs: Iterator[Awaitable[None]], concurrency: int) -> None:
 
 
 async def idle(job: dict[str, Any], stdin: Stdin) -> dict[str, Any]:
-    """Connect every device (WebSocket, or a long-poll that asks again whenever it is answered), report,
-    hold them until the runner says stop, then close them."""
+    """Connect every device (WebSocket, or a long-poll that asks again whenever it is answered) within
+    ``connect_seconds``, report, hold them until the runner says stop, then close them."""
     target = Target.of(job["url"])
     mode = job["device"]
     links: list[WebSocketConnection] = []
@@ -274,7 +276,15 @@ async def idle(job: dict[str, Any], stdin: Stdin) -> dict[str, Any]:
         finally:
             connection.close()
 
+    connected = 0
+    started = time.monotonic()
+    deadline = started + float(job.get("connect_seconds", 120))
+
     async def connect(token: str) -> None:
+        nonlocal connected
+        if time.monotonic() > deadline:
+            errors["not attempted in time"] += 1
+            return
         try:
             if mode == "ws":
                 links.append(await target.websocket(token, on_text))
@@ -285,14 +295,14 @@ async def idle(job: dict[str, Any], stdin: Stdin) -> dict[str, Any]:
                 await asyncio.wait({first, task}, return_when=asyncio.FIRST_COMPLETED)
                 if task.done():
                     task.result()
+            connected += 1
         except (OSError, WireError, TimeoutError) as e:
             errors[f"connect {type(e).__name__}"] += 1
 
-    started = time.monotonic()
     tokens: list[str] = job["device_tokens"]
     await _bounded((connect(t) for t in tokens), int(job.get("concurrency", 64)))
     connect_seconds = time.monotonic() - started
-    emit("ready", connected=len(tokens) - sum(errors.values()), seconds=connect_seconds)
+    emit("ready", connected=connected, seconds=connect_seconds)
     with contextlib.suppress(TimeoutError):
         await stdin.line(float(job.get("hold_seconds", 300)))
     dropped = sum(1 for link in links if link.closed) + sum(1 for task in polls if task.done())
@@ -302,7 +312,7 @@ async def idle(job: dict[str, Any], stdin: Stdin) -> dict[str, Any]:
         task.cancel()
     await asyncio.gather(*polls, return_exceptions=True)
     return {
-        "connected": len(tokens) - sum(errors.values()),
+        "connected": connected,
         "connect_seconds": connect_seconds,
         "dropped_while_held": dropped,
         "frames": dict(frames),

@@ -76,7 +76,7 @@ def table(results: Results) -> Table:
             _number(row.reference_value, "") if row.reference_value is not None else "",
             ratio,
             spec.target.text if spec.target else "",
-            MARKS[row.mark],
+            MARKS[row.mark] + ("*" if row.caveats else ""),
             _cpu(row),
         )
     return out
@@ -84,8 +84,11 @@ def table(results: Results) -> Table:
 
 def print_table(results: Results, console: Console) -> None:
     console.print(table(results))
+    for row in results.rows:
+        for caveat in row.caveats:
+            console.print(f"[yellow]* {row.spec.name}: {caveat}[/]", highlight=False)
     for note in results.notes:
-        console.print(f"[yellow]{note}[/]")
+        console.print(f"[yellow]{note}[/]", highlight=False)
 
 
 def write_json(results: Results, path: Path) -> None:

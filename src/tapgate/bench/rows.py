@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 Mark = Literal["pass", "short", "info", "skipped"]
+BUSY_CORES = 0.5  # other processes using this much CPU during a row make its figure suspect
 
 
 @dataclass(frozen=True)
@@ -134,12 +135,16 @@ class Row:
     cpu: dict[str, float] = field(default_factory=dict)
     detail: dict[str, Any] = field(default_factory=dict)
     skipped: str | None = None
+    caveats: list[str] = field(default_factory=list)
 
     def judge(self, reference: Row | None) -> None:
         """Fill the ratio and the mark from the reference row measured in the same run."""
         if self.skipped is not None or self.value is None:
             self.mark = "skipped"
             return
+        other = self.cpu.get("other", 0.0)
+        if other >= BUSY_CORES:
+            self.caveats.append(f"the machine was busy: other processes used {other:.2f} cores meanwhile")
         if reference is not None and reference.value:
             self.reference_value = reference.value
             self.ratio = round(self.value / reference.value, 3)
@@ -168,4 +173,5 @@ class Row:
             "cpu_cores": self.cpu,
             "detail": self.detail,
             "skipped": self.skipped,
+            "caveats": self.caveats,
         }

@@ -36,7 +36,7 @@ class Options:
     only: list[str] = field(default_factory=list)
     out: Path = Path("bench")
     postgres_admin: str | None = DEFAULT_POSTGRES_ADMIN  # None: SQLite only
-    plot: bool = True
+    profile: bool = False  # sample the servers with py-spy in every timed window
 
 
 @dataclass
@@ -266,7 +266,9 @@ async def run_bench(options: Options, say: Callable[[str], None]) -> Results:
     facts = machine()
     with tempfile.TemporaryDirectory(prefix="tapgate-bench-") as tmp:
         work = Path(tmp)
-        stage = Stage(options.sizes, logs=work / "logs", work=work)
+        stage = Stage(
+            options.sizes, logs=work / "logs", work=work, profiles=options.out if options.profile else None
+        )
         bench = Bench(options, stage, say)
         try:
             await bench.run(specs)

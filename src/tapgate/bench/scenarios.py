@@ -20,6 +20,7 @@ from typing import Any
 
 import psutil
 
+from tapgate.bench import profile
 from tapgate.bench.meter import Meter, postgres_processes, rss_bytes
 from tapgate.bench.rows import BY_NAME, Row
 from tapgate.bench.seed import Pair
@@ -47,28 +48,32 @@ class Sizes:
     ingest_seconds: float
     approvals: int
     decide_concurrency: int
+    decide_seconds: float
     verify_seconds: float
-    settle_seconds: float
+    idle_seconds: float  # connecting and settling, per kind of connection
+    hold_seconds: float  # then holding them: memory sampled thrice, the server's CPU metered
     shared_sqlite: bool = False  # one SQLite server for every SQLite row (the smoke run's speed)
 
 
 FULL = Sizes(
-    roundtrip_warmup=50,
-    roundtrip_count=600,
-    roundtrip_seconds=8,
+    roundtrip_warmup=100,
+    roundtrip_count=2000,
+    roundtrip_seconds=6,
     pairs=50,
-    throughput_warmup=2,
-    throughput_seconds=8,
+    throughput_warmup=1.5,
+    throughput_seconds=6,
     idle_devices=10_000,
     idle_clients=2,
     ingest_devices=100,
     ingest_concurrency=32,
-    ingest_warmup=1.5,
-    ingest_seconds=6,
-    approvals=1000,
+    ingest_warmup=1,
+    ingest_seconds=5,
+    approvals=400,
     decide_concurrency=16,
-    verify_seconds=1.5,
-    settle_seconds=90,
+    decide_seconds=6,
+    verify_seconds=1.0,
+    idle_seconds=40,
+    hold_seconds=3,
 )
 QUICK = Sizes(
     roundtrip_warmup=20,
@@ -85,8 +90,10 @@ QUICK = Sizes(
     ingest_seconds=2,
     approvals=300,
     decide_concurrency=16,
+    decide_seconds=3,
     verify_seconds=0.5,
-    settle_seconds=30,
+    idle_seconds=20,
+    hold_seconds=3,
 )
 SMOKE = Sizes(
     roundtrip_warmup=2,
@@ -103,8 +110,10 @@ SMOKE = Sizes(
     ingest_seconds=0.4,
     approvals=5,
     decide_concurrency=2,
+    decide_seconds=2,
     verify_seconds=0.1,
-    settle_seconds=5,
+    idle_seconds=5,
+    hold_seconds=0.6,
     shared_sqlite=True,
 )
 
@@ -174,6 +183,7 @@ class Stage:
     servers: list[Served] = field(default_factory=list)
     clients: list[ClientProcess] = field(default_factory=list)
     with_postgres: bool = False
+    profiles: Path | None = None  # where py-spy's samples of each timed window go (--profile)
 
     def meter(self) -> Meter:
         groups: dict[str, Any] = {
@@ -193,6 +203,32 @@ class Stage:
         finally:
             self.servers.remove(served)
             served.stop()
+
+    @contextlib.asynccontextmanager
+    async def profiled(self, name: str, seconds: float) -> AsyncIterator[None]:
+        """With --profile, sample every running server with py-spy for ``seconds`` from now."""
+        if self.profiles is None:
+            yield
+            return
+        recorders = []
+        for served in self.servers:
+            if served.process is not None:
+                folded = self.profiles / f"profile-{name}-{served.name}.folded"
+                recorder = await profile.record(served.process.pid, seconds, folded)
+                if recorder is not None:
+                    recorders.append((recorder, folded))
+        try:
+            yield
+        finally:
+            for recorder, folded in recorders:
+                try:
+                    async with asyncio.timeout(seconds + 30):
+                        await recorder.wait()
+                except TimeoutError:
+                    recorder.kill()
+                    await recorder.wait()
+                if folded.exists():
+                    folded.with_suffix(".txt").write_text(profile.summarize(folded))
 
     @contextlib.asynccontextmanager
     async def load(self, jobs: Sequence[dict[str, Any]], name: str) -> AsyncIterator[list[ClientProcess]]:
@@ -246,7 +282,7 @@ def _split(items: Sequence[Any], parts: int) -> list[list[Any]]:
 
 
 async def _window(
-    stage: Stage, clients: list[ClientProcess], warmup: float, seconds: float
+    stage: Stage, name: str, clients: list[ClientProcess], warmup: float, seconds: float
 ) -> tuple[float, float, dict[str, float]]:
     """Open the same timed window on every client; the cores each side used inside it."""
     meter = stage.meter()
@@ -255,9 +291,10 @@ async def _window(
     for client in clients:
         await client.send(json.dumps({"start": start, "end": end}))
     await asyncio.sleep(max(0.0, start - time.monotonic()))
-    before = meter.snapshot()
-    await asyncio.sleep(max(0.0, end - time.monotonic()))
-    after = meter.snapshot()
+    async with stage.profiled(name, seconds):
+        before = meter.snapshot()
+        await asyncio.sleep(max(0.0, end - time.monotonic()))
+        after = meter.snapshot()
     return start, end, Meter.cores(before, after)
 
 
@@ -276,9 +313,12 @@ async def roundtrip(stage: Stage, name: str, served: Served, pair: Pair, device:
         await client.expect("ready", 60)
         meter = stage.meter()
         before = meter.snapshot()
-        end = time.monotonic() + sizes.roundtrip_seconds + 10 * sizes.roundtrip_warmup
-        await client.send(json.dumps({"start": time.monotonic(), "end": end}))
-        result = await client.expect("result", end - time.monotonic() + 120)
+        # Warm-up takes at most a quarter of the measuring time, measuring at most all of it.
+        warm_until = time.monotonic() + sizes.roundtrip_seconds / 4
+        end = warm_until + sizes.roundtrip_seconds
+        await client.send(json.dumps({"start": warm_until, "end": end}))
+        async with stage.profiled(name, sizes.roundtrip_seconds):
+            result = await client.expect("result", end - time.monotonic() + 120)
         cpu = Meter.cores(before, meter.snapshot())
     latencies = result["latencies"]
     detail: dict[str, Any] = _latency_detail(latencies) | {
@@ -304,7 +344,9 @@ async def throughput(stage: Stage, name: str, served: Served, pairs: list[Pair],
     async with stage.load(jobs, name) as started:
         for client in started:
             await client.expect("ready", 120)
-        start, end, cpu = await _window(stage, started, sizes.throughput_warmup, sizes.throughput_seconds)
+        start, end, cpu = await _window(
+            stage, name, started, sizes.throughput_warmup, sizes.throughput_seconds
+        )
         results = [await c.expect("result", 120) for c in started]
     completed = sum(r["completed"] for r in results)
     latencies = [x for r in results for x in r["latencies"]]
@@ -340,38 +382,65 @@ def _established(served: Served) -> int:
     return count
 
 
-async def _settle(stage: Stage, served: Served, limit: float) -> float:
-    """Wait until the server's CPU stays under a tenth of a core for a second (at most ``limit`` seconds);
-    how long that took."""
-    started = time.monotonic()
+async def _settle(served: Served, until: float, step: float) -> bool:
+    """Wait until the server's CPU stays under a tenth of a core for ``step`` seconds, or until ``until``
+    (``time.monotonic()``); whether it settled."""
     meter = Meter({"server": served.processes})
-    while time.monotonic() - started < limit:
+    while time.monotonic() < until:
         before = meter.snapshot()
-        await asyncio.sleep(1.0)
+        await asyncio.sleep(step)
         if Meter.cores(before, meter.snapshot())["server"] < 0.1:
-            break
-    return time.monotonic() - started
+            return True
+    return False
+
+
+async def _ws_links(served: Served) -> int | None:
+    """Open device links as the gateway's own metrics count them, if it exposes ``tapgate_ws_links``."""
+    import httpx
+
+    with contextlib.suppress(httpx.HTTPError, ValueError):
+        async with httpx.AsyncClient(base_url=served.url, timeout=10) as client:
+            for line in (await client.get("/metrics")).text.splitlines():
+                if line.startswith("tapgate_ws_links "):
+                    return int(float(line.split()[1]))
+    return None
 
 
 async def idle(stage: Stage, name: str, served: Served, tokens: list[str], device: str) -> Row:
-    """Every device connected and idle: the server's resident memory, and what each connection adds."""
+    """Every device connected and left idle: the server's resident memory, what each connection adds, and
+    the CPU the server spends holding them. Connecting and settling share ``idle_seconds``; a server still
+    busy with the connections at the end is measured as it is, and the row says so."""
     sizes = stage.sizes
     baseline = rss_bytes(served.processes())
+    started_at = time.monotonic()
+    budget_end = started_at + sizes.idle_seconds
     jobs = [
-        {"mode": "idle", "url": served.url, "device": device, "device_tokens": part, "concurrency": 64}
+        {
+            "mode": "idle",
+            "url": served.url,
+            "device": device,
+            "device_tokens": part,
+            "concurrency": 64,
+            "connect_seconds": sizes.idle_seconds * 0.75,
+        }
         for part in _split(tokens, sizes.idle_clients)
     ]
     meter = stage.meter()
     async with stage.load(jobs, name) as started:
         before = meter.snapshot()
-        ready = [await c.expect("ready", 600) for c in started]
-        cpu = Meter.cores(before, meter.snapshot())
-        settled = await _settle(stage, served, sizes.settle_seconds)
+        ready = [await c.expect("ready", sizes.idle_seconds + 60) for c in started]
+        connect_cpu = Meter.cores(before, meter.snapshot())
+        settled = await _settle(served, budget_end, min(1.0, sizes.idle_seconds / 5))
+        settle_seconds = time.monotonic() - started_at
         held = _established(served)
+        links = await _ws_links(served) if device == "ws" else None
+        before = meter.snapshot()
         samples = []
-        for _ in range(3):
-            samples.append(rss_bytes(served.processes()))
-            await asyncio.sleep(0.3)
+        async with stage.profiled(name, sizes.hold_seconds):
+            for _ in range(3):
+                samples.append(rss_bytes(served.processes()))
+                await asyncio.sleep(sizes.hold_seconds / 3)
+        hold_cpu = Meter.cores(before, meter.snapshot())
         for client in started:
             await client.send("stop")
         results = [await c.expect("result", 120) for c in started]
@@ -381,17 +450,25 @@ async def idle(stage: Stage, name: str, served: Served, tokens: list[str], devic
         "devices": len(tokens),
         "connected": connected,
         "server_established": held,
+        "server_links": links,
         "dropped_while_held": sum(r["dropped_while_held"] for r in results),
         "client_processes": len(jobs),
         "connect_seconds": round(max(r["seconds"] for r in ready), 2),
-        "settle_seconds": round(settled, 2),
+        "settled": settled,
+        "settle_seconds": round(settle_seconds, 2),
         "baseline_mib": round(baseline / MIB, 1),
         "per_connection_kib": round((rss - baseline) / max(1, connected) / 1024, 1),
+        "connect_cpu_cores": connect_cpu,
         "errors": {k: v for r in results for k, v in r["errors"].items()},
     }
-    row = Row(BY_NAME[name], value=round(rss / MIB, 1), cpu=cpu, detail=detail)
+    row = Row(BY_NAME[name], value=round(rss / MIB, 1), cpu=hold_cpu, detail=detail)
     if connected < len(tokens):
-        row.detail["note"] = f"only {connected} of {len(tokens)} devices connected"
+        row.caveats.append(f"only {connected:,} of {len(tokens):,} devices connected in time")
+    if not settled:
+        row.caveats.append(
+            f"the server was still busy with the connections after {sizes.idle_seconds:.0f} s "
+            f"({hold_cpu.get('server', 0):.2f} cores while holding them): measured as it was"
+        )
     return row
 
 
@@ -407,7 +484,7 @@ async def ingest(stage: Stage, served: Served, tokens: list[str]) -> Row:
     }
     async with stage.load([job], "ingest") as [client]:
         await client.expect("ready", 60)
-        start, end, cpu = await _window(stage, [client], sizes.ingest_warmup, sizes.ingest_seconds)
+        start, end, cpu = await _window(stage, "ingest", [client], sizes.ingest_warmup, sizes.ingest_seconds)
         result = await client.expect("result", 120)
     outcomes: dict[str, int] = result["outcomes"]
     answered = outcomes.get("stored", 0) + outcomes.get("duplicate", 0)
@@ -433,8 +510,10 @@ async def decide(stage: Stage, served: Served, decisions: list[list[str]], setup
         await client.expect("ready", 60)
         meter = stage.meter()
         before = meter.snapshot()
-        await client.send(json.dumps({"start": time.monotonic(), "end": time.monotonic() + 120}))
-        result = await client.expect("result", 200)
+        now = time.monotonic()
+        await client.send(json.dumps({"start": now, "end": now + sizes.decide_seconds}))
+        async with stage.profiled("approvals-http", sizes.decide_seconds):
+            result = await client.expect("result", 200)
         cpu = Meter.cores(before, meter.snapshot())
     outcomes: dict[str, int] = result["outcomes"]
     detail = {
