@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import json
 import os
 import secrets
 import sys
@@ -311,6 +312,10 @@ def bench(
         ),
     ] = None,
     no_postgres: Annotated[bool, typer.Option("--no-postgres", help="Skip the PostgreSQL rows.")] = False,
+    compare: Annotated[
+        Path | None,
+        typer.Option(help="An earlier results.json: show each row's change against it (e.g. a baseline)."),
+    ] = None,
     profile: Annotated[
         bool,
         typer.Option(
@@ -329,6 +334,12 @@ def bench(
     if quick and smoke:
         typer.echo("Choose one of --quick and --smoke.", err=True)
         raise typer.Exit(2)
+    baseline = None
+    if compare is not None:
+        try:
+            baseline = json.loads(compare.read_text())
+        except (OSError, ValueError) as e:
+            raise fail(f"--compare {compare} is not a results.json this bench wrote: {e}.") from None
     if profile:
         from tapgate.bench.profile import py_spy
 
@@ -350,6 +361,8 @@ def bench(
     )
     console = Console(width=None if sys.stdout.isatty() else 160)
     results = run(options, lambda line: console.print(line, highlight=False))
+    if baseline is not None:
+        results.compare(baseline)
     report.print_table(results, console)
     report.write_json(results, out / "results.json")
     if profile:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import psutil
 
 Group = Callable[[], Iterable[psutil.Process]]
+MIN_WINDOW = 0.5  # seconds
 
 
 def cpu_seconds(processes: Iterable[psutil.Process]) -> float:
@@ -69,12 +70,15 @@ class Meter:
 
     @staticmethod
     def cores(before: Snapshot, after: Snapshot) -> dict[str, float]:
-        """Each group's cores, ``machine`` (all busy time) and ``other`` (the machine less the groups)."""
-        wall = max(after.wall - before.wall, 1e-9)
+        """Each group's cores, ``machine`` (all busy time) and ``other`` (the machine less the groups);
+        nothing for a window too short for the kernel's 10 ms CPU accounting to mean anything."""
+        wall = after.wall - before.wall
+        if wall < MIN_WINDOW:
+            return {}
         used = {
             name: max(0.0, after.groups[name] - before.groups.get(name, 0.0)) / wall for name in after.groups
         }
-        machine = max(0.0, after.busy - before.busy) / wall
+        machine = min(float(psutil.cpu_count() or 1), max(0.0, after.busy - before.busy) / wall)
         used["machine"] = machine
         used["other"] = max(0.0, machine - sum(v for k, v in used.items() if k != "machine"))
         return {k: round(v, 2) for k, v in used.items()}

@@ -3,8 +3,10 @@ CPU went.
 
 py-spy attaches to the running server from outside (no change to the server, no restart) and writes
 folded stacks (``bench/profile-<row>.folded``, one stack and its sample count a line; flame-graph tools
-read it). The summary beside it (``.txt``) ranks functions by their own samples and by the samples spent
-inside them, and the packages the samples landed in.
+read it). Only threads holding the GIL are sampled, so the samples are the Python process's CPU work (a
+thread waiting for a lock, a socket or SQLite's C code is not counted). The summary beside it (``.txt``)
+ranks functions by their own samples and by the samples spent inside them, and the packages the samples
+landed in.
 """
 
 from __future__ import annotations
@@ -48,6 +50,8 @@ async def record(pid: int, seconds: float, output: Path) -> asyncio.subprocess.P
         str(output),
         "--nonblocking",
         "--threads",
+        "--gil",  # only threads holding the GIL: uvloop waits in C without a Python frame, so py-spy
+        # cannot tell its idle waits from work; with --gil they drop out and what remains is CPU
         stdout=asyncio.subprocess.DEVNULL,
         stderr=asyncio.subprocess.DEVNULL,
     )

@@ -54,6 +54,8 @@ def table(results: Results) -> Table:
         ("cpu: server client pg other", "left"),
     ):
         out.add_column(heading, justify=justify)  # type: ignore[arg-type]
+    if results.baseline is not None:
+        out.add_column("vs baseline", justify="right")
     for row in results.rows:
         spec = row.spec
         if row.skipped and row.value is None:
@@ -66,6 +68,7 @@ def table(results: Results) -> Table:
                 spec.target.text if spec.target else "",
                 MARKS["skipped"],
                 row.skipped,
+                *([""] if results.baseline is not None else []),
             )
             continue
         ratio = f"{row.ratio:.2f}×" if row.ratio is not None else ""
@@ -78,12 +81,27 @@ def table(results: Results) -> Table:
             spec.target.text if spec.target else "",
             MARKS[row.mark] + ("*" if row.caveats else ""),
             _cpu(row),
+            *([_change(row)] if results.baseline is not None else []),
         )
     return out
 
 
+def _change(row: Row) -> str:
+    change = row.change()
+    if change is None:
+        return ""
+    if change >= 1:
+        return f"[green]{change:.2f}× better[/]"
+    return f"[red]{1 / change:.2f}× worse[/]"
+
+
 def print_table(results: Results, console: Console) -> None:
     console.print(table(results))
+    if results.baseline is not None:
+        facts = results.baseline
+        console.print(
+            f"Baseline: commit {facts.get('commit', '?')} of {facts.get('date', '?')}.", highlight=False
+        )
     for row in results.rows:
         for caveat in row.caveats:
             console.print(f"[yellow]* {row.spec.name}: {caveat}[/]", highlight=False)

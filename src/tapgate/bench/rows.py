@@ -136,6 +136,14 @@ class Row:
     detail: dict[str, Any] = field(default_factory=dict)
     skipped: str | None = None
     caveats: list[str] = field(default_factory=list)
+    baseline: float | None = None  # the same row's value in the file given to --compare
+
+    def change(self) -> float | None:
+        """How many times better than the baseline (above 1) or worse (below 1); None without one."""
+        if self.value is None or not self.baseline:
+            return None
+        lower_is_better = self.spec.unit in ("ms", "MiB")
+        return self.baseline / self.value if lower_is_better else self.value / self.baseline
 
     def judge(self, reference: Row | None) -> None:
         """Fill the ratio and the mark from the reference row measured in the same run."""
@@ -174,4 +182,5 @@ class Row:
             "detail": self.detail,
             "skipped": self.skipped,
             "caveats": self.caveats,
+            "baseline": self.baseline,
         }

@@ -46,6 +46,14 @@ class Results:
     seconds: float
     mode: str
     notes: list[str]
+    baseline: dict[str, Any] | None = None  # the compared file's machine facts
+
+    def compare(self, baseline: dict[str, Any]) -> None:
+        """Set each row's baseline from an earlier results.json."""
+        values = {row["name"]: row.get("value") for row in baseline.get("rows", [])}
+        for row in self.rows:
+            row.baseline = values.get(row.spec.name)
+        self.baseline = dict(baseline.get("machine", {}))
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -54,6 +62,7 @@ class Results:
             "machine": self.machine,
             "seconds": round(self.seconds, 1),
             "notes": self.notes,
+            "baseline": self.baseline,
             "rows": [row.as_json() for row in self.rows],
         }
 

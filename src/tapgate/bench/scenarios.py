@@ -389,7 +389,7 @@ async def _settle(served: Served, until: float, step: float) -> bool:
     while time.monotonic() < until:
         before = meter.snapshot()
         await asyncio.sleep(step)
-        if Meter.cores(before, meter.snapshot())["server"] < 0.1:
+        if Meter.cores(before, meter.snapshot()).get("server", 0.0) < 0.1:
             return True
     return False
 
