@@ -92,10 +92,10 @@ SPECS: list[Spec] = [
     Spec("idle-ws", "Idle devices on WebSockets, RSS", "MiB", None, Target("max", 350, "< 350 MiB")),
     Spec("idle-lp", "Idle devices long-polling, RSS", "MiB", None, Target("max", 350, "< 350 MiB")),
     Spec("ingest", "SMS ingest, dedup and cap, SQLite", "msg/s", None, Target("min", 2000, "≥ 2,000/s")),
-    Spec("verify-raw", "Raw P-256 signature verify, one core", "verify/s"),
+    Spec("verify-raw", "Raw P-256 signature verify, per CPU second", "verify/s"),
     Spec(
         "approvals",
-        "Approval decisions verified, in process",
+        "Approval decisions verified in process, per CPU second",
         "dec/s",
         "verify-raw",
         Target("ratio_min", 0.6, "≥ 60% of raw verify"),
