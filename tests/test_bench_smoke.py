@@ -40,6 +40,7 @@ def test_the_smoke_run_measures_every_sqlite_row_and_skips_postgres_saying_why(t
     assert rows["idle-lp"]["detail"]["connected"] == 20
     assert rows["roundtrip-ws-sqlite"]["detail"]["errors"] == {}
     assert (tmp_path / "results.png").stat().st_size > 10_000
+    assert "| roundtrip-ws-sqlite |" in (tmp_path / "results.md").read_text()
     assert "roundtrip-ws-sqlite" in run.stdout
 
 

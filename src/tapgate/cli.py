@@ -365,10 +365,11 @@ def bench(
         results.compare(baseline)
     report.print_table(results, console)
     report.write_json(results, out / "results.json")
+    report.write_markdown(results, out / "results.md")
     if profile:
         console.print(f"Profiles: {out}/profile-<row>-<server>.txt (summaries) and .folded (stacks).")
     if report.write_plot(results, out / "results.png"):
-        console.print(f"Wrote {out / 'results.json'} and {out / 'results.png'}.")
+        console.print(f"Wrote {out / 'results.json'}, {out / 'results.md'} and {out / 'results.png'}.")
     else:
         console.print(f"Wrote {out / 'results.json'}; install matplotlib (the bench extra) for the plot.")
 

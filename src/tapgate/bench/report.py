@@ -109,6 +109,46 @@ def print_table(results: Results, console: Console) -> None:
         console.print(f"[yellow]{note}[/]", highlight=False)
 
 
+def markdown(results: Results) -> str:
+    """The table as Markdown, with the machine and every caveat, for docs/performance.md."""
+    facts = results.machine
+    lines = [
+        f"{facts['nproc']} × {facts['cpu_model']}, Python {facts['python']}, "
+        f"commit `{facts['commit'] or '?'}`, {facts['date']}, {results.mode} run in {results.seconds:.0f} s "
+        "(load average at start "
+        f"{', '.join(str(x) for x in facts['load_average_at_start'])}).",
+        "",
+        "| row | value | p99 | reference | ratio | target | mark | CPU cores: server / client / pg / other |",
+        "| --- | ---: | ---: | ---: | ---: | --- | --- | --- |",
+    ]
+    for row in results.rows:
+        spec = row.spec
+        target = spec.target.text if spec.target else ""
+        if row.value is None:
+            lines.append(f"| {spec.name} | | | | | {target} | skipped | {row.skipped or ''} |")
+            continue
+        cpu = " / ".join(
+            f"{row.cpu[k]:.2f}" if k in row.cpu else "–" for k in ("server", "client", "postgres", "other")
+        )
+        mark = {"info": "—"}.get(row.mark, row.mark) + (" *" if row.caveats else "")
+        lines.append(
+            f"| {spec.name} | {_number(row.value, spec.unit)} | "
+            f"{_number(row.p99, spec.unit) if row.p99 is not None else ''} | "
+            f"{_number(row.reference_value) if row.reference_value is not None else ''} | "
+            f"{f'{row.ratio:.2f}×' if row.ratio is not None else ''} | {target} | {mark} | "
+            f"{cpu if row.cpu else ''} |"
+        )
+    caveats = [f"- {row.spec.name}: {c}" for row in results.rows for c in row.caveats]
+    if caveats:
+        lines += ["", "\\* caveats:", *caveats]
+    return "\n".join(lines) + "\n"
+
+
+def write_markdown(results: Results, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(markdown(results))
+
+
 def write_json(results: Results, path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(results.as_json(), indent=2, ensure_ascii=False) + "\n")
@@ -149,18 +189,20 @@ def write_plot(results: Results, path: Path) -> bool:
     ax.bar([x - 0.2 for x in xs], p50, width=0.4, label="p50", color=[_color(rows[n]) for n in names])
     ax.bar([x + 0.2 for x in xs], p99, width=0.4, label="p99", color="#90a4ae")
     ax.set_xticks(xs, labels, rotation=30, ha="right", fontsize=8)
-    ax.set_ylabel("ms")
+    ax.set_ylabel("ms (log scale)")
+    ax.set_yscale("log")
     ax.set_title("Round trip of one invocation (p50 coloured by target, p99 grey)", fontsize=10)
     for x, v in zip(xs, p50, strict=True):
         ax.annotate(f"{v:.2f}", (x - 0.2, v), ha="center", va="bottom", fontsize=7)
     ax.legend(fontsize=8)
     names = [n for n in rows if n.startswith("throughput-")]
+    axes[0][1].set_yscale("log")
     _bars(
         axes[0][1],
         [n.removeprefix("throughput-") for n in names],
         [rows[n].value or 0.0 for n in names],
         [_color(rows[n]) for n in names],
-        "complete invocations / s",
+        "complete invocations / s (log scale)",
         "Throughput, concurrent agent/device pairs",
     )
     names = [n for n in rows if n.startswith("idle-")]
