@@ -3,6 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+BENCH_STAMP := $(VENV)/.installed-bench
 
 .PHONY: demo test serve lint typecheck layers unit bench clean
 
@@ -29,6 +30,14 @@ layers: $(STAMP)
 
 unit: $(STAMP)
 	$(BIN)/pytest $(PYTEST_ARGS)
+
+$(BENCH_STAMP): pyproject.toml $(STAMP)
+	$(BIN)/python -m pip install --quiet -e '.[bench]'
+	touch $(BENCH_STAMP)
+
+# BENCH_ARGS: --quick, --only NAME, --no-postgres, --postgres-admin URL (see `tapgate bench --help`).
+bench: $(BENCH_STAMP)
+	$(BIN)/tapgate bench $(BENCH_ARGS)
 
 serve: $(STAMP)
 	test -f tapgate.toml || $(BIN)/tapgate init

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import json
 import os
 import secrets
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Annotated, TypeVar
+from typing import Annotated, Any, TypeVar
 
 import typer
 from cryptography.hazmat.primitives import serialization
@@ -40,6 +41,10 @@ app.add_typer(device_app, name="device")
 ConfigOption = Annotated[
     str | None, typer.Option("--config", help="Settings file (default: TAPGATE_CONFIG, else ./tapgate.toml).")
 ]
+
+
+# How `tapgate serve` runs uvicorn; the bench serves its floor with the same options, so keep them here.
+UVICORN_OPTIONS: dict[str, Any] = {"access_log": False, "log_config": None, "ws_per_message_deflate": False}
 
 
 def fail(message: str) -> typer.Exit:
@@ -211,9 +216,7 @@ def serve(
         host=host,
         port=port,
         workers=workers,
-        access_log=False,
-        log_config=None,
-        ws_per_message_deflate=False,
+        **UVICORN_OPTIONS,
         # Long-polls and device links would hold a shutdown for up to a minute; devices reconnect.
         timeout_graceful_shutdown=SHUTDOWN_GRACE_SECONDS,
     )
@@ -332,6 +335,89 @@ def demo(
     from tapgate.demo import run_demo
 
     raise typer.Exit(run_demo(keep=keep))
+
+
+@app.command()
+def bench(
+    quick: Annotated[
+        bool, typer.Option("--quick", help="A short run: smaller sizes, shorter windows.")
+    ] = False,
+    smoke: Annotated[
+        bool, typer.Option("--smoke", help="Tiny sizes on SQLite only: checks that every row still runs.")
+    ] = False,
+    only: Annotated[
+        list[str] | None,
+        typer.Option("--only", help="Run this row (a name or a glob, e.g. 'roundtrip-*'); repeat for more."),
+    ] = None,
+    out: Annotated[Path, typer.Option(help="Where results.json and results.png go.")] = Path("bench"),
+    postgres_admin: Annotated[
+        str | None,
+        typer.Option(
+            help="A PostgreSQL superuser URL for the PostgreSQL rows (or TAPGATE_BENCH_POSTGRES_ADMIN).",
+            show_default=False,
+        ),
+    ] = None,
+    no_postgres: Annotated[bool, typer.Option("--no-postgres", help="Skip the PostgreSQL rows.")] = False,
+    compare: Annotated[
+        Path | None,
+        typer.Option(help="An earlier results.json: show each row's change against it (e.g. a baseline)."),
+    ] = None,
+    profile: Annotated[
+        bool,
+        typer.Option(
+            "--profile", help="Sample the servers with py-spy in each timed window (OUT/profile-ROW-*.txt)."
+        ),
+    ] = False,
+) -> None:
+    """The benchmark suite of DESIGN §11: tapgate against a floor, in one run; prints a table and writes
+    results.json and results.png."""
+    from rich.console import Console
+
+    from tapgate.bench import report, rows
+    from tapgate.bench.runner import DEFAULT_POSTGRES_ADMIN, Options, run
+    from tapgate.bench.scenarios import FULL, QUICK, SMOKE
+
+    if quick and smoke:
+        typer.echo("Choose one of --quick and --smoke.", err=True)
+        raise typer.Exit(2)
+    baseline = None
+    if compare is not None:
+        try:
+            baseline = json.loads(compare.read_text())
+        except (OSError, ValueError) as e:
+            raise fail(f"--compare {compare} is not a results.json this bench wrote: {e}.") from None
+    if profile:
+        from tapgate.bench.profile import py_spy
+
+        if py_spy() is None:
+            raise fail("--profile needs py-spy: install the bench extra (pip install 'tapgate[bench]').")
+    try:
+        rows.select(only or [])
+    except ValueError as e:
+        typer.echo(str(e), err=True)
+        raise typer.Exit(2) from None
+    admin = postgres_admin or os.environ.get("TAPGATE_BENCH_POSTGRES_ADMIN") or DEFAULT_POSTGRES_ADMIN
+    options = Options(
+        sizes=SMOKE if smoke else QUICK if quick else FULL,
+        mode="smoke" if smoke else "quick" if quick else "full",
+        only=only or [],
+        out=out,
+        postgres_admin=None if (no_postgres or smoke) else admin,
+        profile=profile,
+    )
+    console = Console(width=None if sys.stdout.isatty() else 160)
+    results = run(options, lambda line: console.print(line, highlight=False))
+    if baseline is not None:
+        results.compare(baseline)
+    report.print_table(results, console)
+    report.write_json(results, out / "results.json")
+    report.write_markdown(results, out / "results.md")
+    if profile:
+        console.print(f"Profiles: {out}/profile-<row>-<server>.txt (summaries) and .folded (stacks).")
+    if report.write_plot(results, out / "results.png"):
+        console.print(f"Wrote {out / 'results.json'}, {out / 'results.md'} and {out / 'results.png'}.")
+    else:
+        console.print(f"Wrote {out / 'results.json'}; install matplotlib (the bench extra) for the plot.")
 
 
 def main() -> None:

@@ -1,0 +1,9 @@
+"""The benchmark suite of DESIGN §11 (``tapgate bench``): real gateways on loopback against a floor.
+
+- ``floor``: the in-memory Starlette app every ratio is taken against, served like tapgate.
+- ``servers``: ``tapgate serve`` and the floor as processes; their settings and databases.
+- ``seed``: tenants, people, agents and devices for each measurement.
+- ``client``: the load client, a process of its own; ``wire``: its lean HTTP and WebSocket protocols.
+- ``meter``: CPU and memory of each side; ``scenarios``: how each row is measured.
+- ``rows``: the rows and their targets; ``runner``: the order of the run; ``report``: table, JSON, plot.
+"""

@@ -1,0 +1,186 @@
+"""The rows of the bench's table: what each measures, what it is compared with, and DESIGN §11's target.
+
+Every row is an absolute figure and, where §11 sets one, a ratio to a reference measured in the same run
+(the floor, another row, or the raw signature-verify rate) with a pass or short mark. Targets are
+reported, never asserted in tests: the machine is shared and noisy.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+Mark = Literal["pass", "short", "info", "skipped"]
+BUSY_CORES = 0.5  # other processes using this much CPU during a row make its figure suspect
+
+
+@dataclass(frozen=True)
+class Target:
+    """``kind``: ``ratio_max`` (value/reference at most ``limit``), ``ratio_min`` (at least), ``max`` or
+    ``min`` (the value itself)."""
+
+    kind: Literal["ratio_max", "ratio_min", "max", "min"]
+    limit: float
+    text: str
+
+    def met(self, value: float, ratio: float | None) -> bool:
+        if self.kind == "max":
+            return value < self.limit
+        if self.kind == "min":
+            return value >= self.limit
+        assert ratio is not None
+        return ratio <= self.limit if self.kind == "ratio_max" else ratio >= self.limit
+
+
+@dataclass(frozen=True)
+class Spec:
+    name: str
+    title: str
+    unit: str
+    reference: str | None = None  # the row this one is a ratio to
+    target: Target | None = None
+    postgres: bool = False
+
+
+_RT = Target("ratio_max", 2.0, "p50 ≤ 2× floor")
+SPECS: list[Spec] = [
+    Spec("roundtrip-ws-floor", "Round trip, WebSocket device, floor", "ms"),
+    Spec("roundtrip-lp-floor", "Round trip, long-poll device, floor", "ms"),
+    Spec("roundtrip-ws-sqlite", "Round trip, WebSocket device, SQLite", "ms", "roundtrip-ws-floor", _RT),
+    Spec("roundtrip-lp-sqlite", "Round trip, long-poll device, SQLite", "ms", "roundtrip-lp-floor", _RT),
+    Spec(
+        "roundtrip-ws-postgres",
+        "Round trip, WebSocket device, PostgreSQL",
+        "ms",
+        "roundtrip-ws-floor",
+        _RT,
+        True,
+    ),
+    Spec(
+        "roundtrip-lp-postgres",
+        "Round trip, long-poll device, PostgreSQL",
+        "ms",
+        "roundtrip-lp-floor",
+        _RT,
+        True,
+    ),
+    Spec("throughput-floor", "Throughput, floor (in memory)", "inv/s"),
+    Spec(
+        "throughput-sqlite",
+        "Throughput, SQLite, 1 worker",
+        "inv/s",
+        "throughput-floor",
+        Target("ratio_min", 0.5, "≥ 50% of floor"),
+    ),
+    Spec(
+        "throughput-postgres-1",
+        "Throughput, PostgreSQL, 1 worker",
+        "inv/s",
+        "throughput-floor",
+        None,
+        True,
+    ),
+    Spec(
+        "throughput-postgres-2",
+        "Throughput, PostgreSQL, 2 workers",
+        "inv/s",
+        "throughput-postgres-1",
+        Target("ratio_min", 1.6, "≥ 1.6× 1 worker"),
+        True,
+    ),
+    Spec("idle-ws", "Idle devices on WebSockets, RSS", "MiB", None, Target("max", 350, "< 350 MiB")),
+    Spec("idle-lp", "Idle devices long-polling, RSS", "MiB", None, Target("max", 350, "< 350 MiB")),
+    Spec("ingest", "SMS ingest, dedup and cap, SQLite", "msg/s", None, Target("min", 2000, "≥ 2,000/s")),
+    Spec("verify-raw", "Raw P-256 signature verify, per CPU second", "verify/s"),
+    Spec(
+        "approvals",
+        "Approval decisions verified in process, per CPU second",
+        "dec/s",
+        "verify-raw",
+        Target("ratio_min", 0.6, "≥ 60% of raw verify"),
+    ),
+    Spec("approvals-http", "Signed approval decisions over HTTP, SQLite", "dec/s", "verify-raw"),
+]
+BY_NAME = {spec.name: spec for spec in SPECS}
+
+
+def select(patterns: list[str]) -> list[Spec]:
+    """The rows ``patterns`` (names or globs; empty for all) name, with the rows they are ratios to."""
+    chosen: set[str] = set()
+    for spec in SPECS:
+        if not patterns or any(fnmatch.fnmatchcase(spec.name, p) for p in patterns):
+            chosen.add(spec.name)
+    if patterns and not chosen:
+        names = ", ".join(s.name for s in SPECS)
+        raise ValueError(f"--only {' '.join(patterns)} names no row; the rows are: {names}")
+    for name in list(chosen):
+        reference = BY_NAME[name].reference
+        while reference is not None:
+            chosen.add(reference)
+            reference = BY_NAME[reference].reference
+    return [s for s in SPECS if s.name in chosen]
+
+
+@dataclass
+class Row:
+    """One measured (or skipped) row."""
+
+    spec: Spec
+    value: float | None = None
+    p99: float | None = None
+    ratio: float | None = None
+    reference_value: float | None = None
+    mark: Mark = "info"
+    cpu: dict[str, float] = field(default_factory=dict)
+    detail: dict[str, Any] = field(default_factory=dict)
+    skipped: str | None = None
+    caveats: list[str] = field(default_factory=list)
+    baseline: float | None = None  # the same row's value in the file given to --compare
+
+    def change(self) -> float | None:
+        """How many times better than the baseline (above 1) or worse (below 1); None without one."""
+        if self.value is None or not self.baseline:
+            return None
+        lower_is_better = self.spec.unit in ("ms", "MiB")
+        return self.baseline / self.value if lower_is_better else self.value / self.baseline
+
+    def judge(self, reference: Row | None) -> None:
+        """Fill the ratio and the mark from the reference row measured in the same run."""
+        if self.skipped is not None or self.value is None:
+            self.mark = "skipped"
+            return
+        other = self.cpu.get("other", 0.0)
+        if other >= BUSY_CORES:
+            self.caveats.append(f"the machine was busy: other processes used {other:.2f} cores meanwhile")
+        if reference is not None and reference.value:
+            self.reference_value = reference.value
+            self.ratio = round(self.value / reference.value, 3)
+        target = self.spec.target
+        if target is None:
+            self.mark = "info"
+        elif target.kind.startswith("ratio") and self.ratio is None:
+            self.mark = "skipped"
+            self.skipped = self.skipped or f"its reference {self.spec.reference} was not measured"
+        else:
+            self.mark = "pass" if target.met(self.value, self.ratio) else "short"
+
+    def as_json(self) -> dict[str, Any]:
+        spec = self.spec
+        return {
+            "name": spec.name,
+            "title": spec.title,
+            "unit": spec.unit,
+            "value": self.value,
+            "p99": self.p99,
+            "reference": spec.reference,
+            "reference_value": self.reference_value,
+            "ratio": self.ratio,
+            "target": spec.target.text if spec.target else None,
+            "mark": self.mark,
+            "cpu_cores": self.cpu,
+            "detail": self.detail,
+            "skipped": self.skipped,
+            "caveats": self.caveats,
+            "baseline": self.baseline,
+        }

@@ -1,0 +1,304 @@
+"""``tapgate bench``: start the servers each row needs, measure, judge against DESIGN §11, report.
+
+Rows are measured in groups that share a server, in this order: the raw verify rate (no server), the
+floor, tapgate on SQLite (round trips, then throughput), on PostgreSQL (one worker, then two), ingest,
+approvals, and the idle devices (a fresh server per connection kind, so RSS counts nothing else).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import platform
+import resource
+import subprocess
+import tempfile
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from tapgate.bench import scenarios, seed
+from tapgate.bench.rows import BY_NAME, Row, Spec, select
+from tapgate.bench.scenarios import Sizes, Stage
+from tapgate.bench.servers import Served, postgres_database, postgres_reachable, sqlite_database, write_config
+
+DEFAULT_POSTGRES_ADMIN = "postgresql://postgres@127.0.0.1:5432/postgres"
+
+
+@dataclass
+class Options:
+    sizes: Sizes
+    mode: str  # full, quick or smoke
+    only: list[str] = field(default_factory=list)
+    out: Path = Path("bench")
+    postgres_admin: str | None = DEFAULT_POSTGRES_ADMIN  # None: SQLite only
+    profile: bool = False  # sample the servers with py-spy in every timed window
+
+
+@dataclass
+class Results:
+    rows: list[Row]
+    machine: dict[str, Any]
+    seconds: float
+    mode: str
+    notes: list[str]
+    baseline: dict[str, Any] | None = None  # the compared file's machine facts
+
+    def compare(self, baseline: dict[str, Any]) -> None:
+        """Set each row's baseline from an earlier results.json."""
+        values = {row["name"]: row.get("value") for row in baseline.get("rows", [])}
+        for row in self.rows:
+            row.baseline = values.get(row.spec.name)
+        self.baseline = dict(baseline.get("machine", {}))
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "format": "tapgate-bench-1",
+            "mode": self.mode,
+            "machine": self.machine,
+            "seconds": round(self.seconds, 1),
+            "notes": self.notes,
+            "baseline": self.baseline,
+            "rows": [row.as_json() for row in self.rows],
+        }
+
+
+def raise_file_limit() -> int:
+    """Raise this process's open-file limit to its hard limit; the servers and clients inherit it."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+
+
+def machine() -> dict[str, Any]:
+    model = ""
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    commit = ""
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
+        here = Path(__file__).resolve().parent
+        commit = subprocess.run(
+            ["git", "-C", str(here), "rev-parse", "--short", "HEAD"],  # noqa: S607 (git from PATH)
+            capture_output=True,
+            text=True,
+            timeout=5,
+            check=False,
+        ).stdout.strip()
+    import tapgate
+
+    return {
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "nproc": os.cpu_count(),
+        "cpu_model": model or platform.processor(),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "tapgate": tapgate.__version__,
+        "commit": commit,
+        "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
+        "open_file_limit": resource.getrlimit(resource.RLIMIT_NOFILE)[0],
+    }
+
+
+class Bench:
+    def __init__(self, options: Options, stage: Stage, say: Callable[[str], None]) -> None:
+        self.options = options
+        self.stage = stage
+        self.say = say
+        self.rows: dict[str, Row] = {}
+        self.notes: list[str] = []
+        self._shared: tuple[Served, str, seed.Tenant] | None = None
+
+    @property
+    def sizes(self) -> Sizes:
+        return self.stage.sizes
+
+    def keep(self, row: Row) -> None:
+        self.rows[row.spec.name] = row
+        shown = f"{row.value:,.2f} {row.spec.unit}" if row.value is not None else f"skipped: {row.skipped}"
+        self.say(f"  {row.spec.name}: {shown}")
+
+    def skip(self, spec: Spec, reason: str) -> None:
+        self.rows[spec.name] = Row(spec, skipped=reason)
+
+    @contextlib.asynccontextmanager
+    async def sqlite(self, purpose: str, workers: int = 1) -> AsyncIterator[tuple[Served, str, seed.Tenant]]:
+        """A tapgate server on a fresh SQLite database (in a smoke run, one shared by every row)."""
+        if self.sizes.shared_sqlite and self._shared is not None:
+            yield self._shared
+            return
+        folder = self.stage.work / purpose
+        url = await sqlite_database(folder)
+        tenant = await seed.new_tenant(url)
+        served = Served.tapgate(f"sqlite-{purpose}", write_config(folder, url), self.stage.logs, workers)
+        if self.sizes.shared_sqlite:
+            await served.start()
+            self.stage.servers.append(served)
+            self._shared = (served, url, tenant)
+            yield self._shared
+            return
+        async with self.stage.serving(served):
+            yield served, url, tenant
+
+    def close(self) -> None:
+        if self._shared is not None:
+            served = self._shared[0]
+            self.stage.servers.remove(served)
+            served.stop()
+            self._shared = None
+
+    async def run(self, specs: list[Spec]) -> None:
+        want = {s.name for s in specs}
+        if want & {"verify-raw", "approvals"}:
+            self.say("Signature verification in this process: raw, and as tapgate verifies a decision")
+            for row in scenarios.verification(self.sizes.verify_seconds):
+                if row.spec.name in want:
+                    self.keep(row)
+        if want & {"roundtrip-ws-floor", "roundtrip-lp-floor", "throughput-floor"}:
+            await self.floor(want)
+        if want & {"roundtrip-ws-sqlite", "roundtrip-lp-sqlite", "throughput-sqlite"}:
+            await self.invocations_sqlite(want)
+        postgres_rows = {s.name for s in specs if s.postgres}
+        if postgres_rows:
+            await self.postgres(postgres_rows)
+        if "ingest" in want:
+            await self.ingest()
+        if "approvals-http" in want:
+            await self.approvals()
+        if want & {"idle-ws", "idle-lp"}:
+            await self.idle(want)
+
+    async def floor(self, want: set[str]) -> None:
+        self.say("Floor: in-memory Starlette on uvicorn, one worker")
+        async with self.stage.serving(Served.floor(self.stage.logs)) as served:
+            pairs = await seed.floor_pairs(served.url, max(1, self.sizes.pairs))
+            for device in ("ws", "lp"):
+                name = f"roundtrip-{device}-floor"
+                if name in want:
+                    self.keep(await scenarios.roundtrip(self.stage, name, served, pairs[0], device))
+            if "throughput-floor" in want:
+                self.keep(await scenarios.throughput(self.stage, "throughput-floor", served, pairs))
+
+    async def invocations_sqlite(self, want: set[str]) -> None:
+        self.say("tapgate on SQLite, one worker")
+        async with self.sqlite("invocations") as (served, _, tenant):
+            pairs = await seed.tapgate_pairs(served.url, tenant, max(1, self.sizes.pairs))
+            for device in ("ws", "lp"):
+                name = f"roundtrip-{device}-sqlite"
+                if name in want:
+                    self.keep(await scenarios.roundtrip(self.stage, name, served, pairs[0], device))
+            if "throughput-sqlite" in want:
+                self.keep(await scenarios.throughput(self.stage, "throughput-sqlite", served, pairs))
+
+    async def postgres(self, want: set[str]) -> None:
+        admin = self.options.postgres_admin
+        why = "SQLite only (--no-postgres)" if admin is None else await postgres_reachable(admin)
+        if admin is None or why is not None:
+            for name in sorted(want):
+                self.skip(BY_NAME[name], why or "skipped")
+            self.notes.append(why or "")
+            self.say(f"Skipping the PostgreSQL rows: {why}")
+            return
+        self.stage.with_postgres = True
+        async with postgres_database(admin) as url:
+            tenant = await seed.new_tenant(url)
+            config = write_config(self.stage.work / "postgres", url)
+            self.say("tapgate on PostgreSQL, one worker")
+            async with self.stage.serving(Served.tapgate("postgres-1", config, self.stage.logs)) as served:
+                pairs = await seed.tapgate_pairs(served.url, tenant, max(1, self.sizes.pairs))
+                for device in ("ws", "lp"):
+                    name = f"roundtrip-{device}-postgres"
+                    if name in want:
+                        self.keep(await scenarios.roundtrip(self.stage, name, served, pairs[0], device))
+                if "throughput-postgres-1" in want:
+                    self.keep(await scenarios.throughput(self.stage, "throughput-postgres-1", served, pairs))
+            if "throughput-postgres-2" in want:
+                self.say("tapgate on PostgreSQL, two workers")
+                two = Served.tapgate("postgres-2", config, self.stage.logs, workers=2)
+                async with self.stage.serving(two) as served:
+                    self.keep(await scenarios.throughput(self.stage, "throughput-postgres-2", served, pairs))
+        self.stage.with_postgres = False
+
+    async def ingest(self) -> None:
+        self.say("SMS ingest on SQLite, one worker")
+        async with self.sqlite("ingest") as (served, _, tenant):
+            tokens = await seed.tapgate_devices(served.url, tenant, self.sizes.ingest_devices)
+            self.keep(await scenarios.ingest(self.stage, served, tokens))
+
+    async def approvals(self) -> None:
+        self.say("Signed approval decisions on SQLite, one worker")
+        async with self.sqlite("approvals") as (served, _, tenant):
+            prepared = await seed.open_approvals(served.url, tenant, self.sizes.approvals)
+            self.keep(await scenarios.decide(self.stage, served, prepared.decisions, prepared.setup_seconds))
+
+    async def idle(self, want: set[str]) -> None:
+        count = self.sizes.idle_devices
+        if self.sizes.shared_sqlite:
+            async with self.sqlite("idle") as (served, url, tenant):
+                tokens = await seed.bulk_devices(url, tenant, count)
+                for device in ("ws", "lp"):
+                    if f"idle-{device}" in want:
+                        self.keep(await scenarios.idle(self.stage, f"idle-{device}", served, tokens, device))
+            return
+        folder = self.stage.work / "idle"
+        url = await sqlite_database(folder)
+        tenant = await seed.new_tenant(url)
+        self.say(f"Enrolling {count:,} idle devices through the store")
+        started = time.monotonic()
+        tokens = await seed.bulk_devices(url, tenant, count)
+        enrol_seconds = time.monotonic() - started
+        config = write_config(folder, url)
+        for device in ("ws", "lp"):
+            name = f"idle-{device}"
+            if name not in want:
+                continue
+            kind = "WebSockets" if device == "ws" else "long-polls"
+            self.say(f"{count:,} idle devices on {kind}, a fresh SQLite server")
+            async with self.stage.serving(Served.tapgate(name, config, self.stage.logs)) as served:
+                row = await scenarios.idle(self.stage, name, served, tokens, device)
+                row.detail["enrol_seconds"] = round(enrol_seconds, 1)
+                self.keep(row)
+
+
+async def run_bench(options: Options, say: Callable[[str], None]) -> Results:
+    """Measure the selected rows and judge each against its reference; nothing is written here."""
+    started = time.monotonic()
+    raise_file_limit()
+    specs = select(options.only)
+    facts = machine()
+    with tempfile.TemporaryDirectory(prefix="tapgate-bench-") as tmp:
+        work = Path(tmp)
+        stage = Stage(
+            options.sizes, logs=work / "logs", work=work, profiles=options.out if options.profile else None
+        )
+        bench = Bench(options, stage, say)
+        try:
+            await bench.run(specs)
+        finally:
+            bench.close()
+            for client in list(stage.clients):
+                await client.close()
+            for served in list(stage.servers):
+                served.stop()
+    rows = []
+    for spec in specs:
+        row = bench.rows.get(spec.name) or Row(spec, skipped="not measured")
+        reference = bench.rows.get(spec.reference) if spec.reference else None
+        row.judge(reference)
+        rows.append(row)
+    return Results(rows, facts, time.monotonic() - started, options.mode, [n for n in bench.notes if n])
+
+
+def run(options: Options, say: Callable[[str], None]) -> Results:
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - uvloop comes with uvicorn[standard]
+        return asyncio.run(run_bench(options, say))
+    return uvloop.run(run_bench(options, say))

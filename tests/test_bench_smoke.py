@@ -1,0 +1,89 @@
+"""The benchmark suite cannot rot: its smoke run measures every row at tiny sizes (timings never asserted)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tapgate.bench.profile import summarize
+from tapgate.bench.rows import BY_NAME, SPECS, select
+
+
+def test_the_smoke_run_measures_every_sqlite_row_and_skips_postgres_saying_why(tmp_path: Path) -> None:
+    run = subprocess.run(
+        [sys.executable, "-m", "tapgate", "bench", "--smoke", "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert results["mode"] == "smoke"
+    assert {"nproc", "cpu_model", "python", "date", "commit"} <= set(results["machine"])
+    rows = {row["name"]: row for row in results["rows"]}
+    assert list(rows) == [spec.name for spec in SPECS]
+    for name, row in rows.items():
+        spec = BY_NAME[name]
+        if spec.postgres:
+            assert row["mark"] == "skipped" and "SQLite only" in row["skipped"], row
+            continue
+        assert isinstance(row["value"], int | float) and row["value"] > 0, row
+        assert row["mark"] in ("pass", "short", "info"), row
+        if spec.reference is not None and not BY_NAME[spec.reference].postgres:
+            assert isinstance(row["ratio"], int | float) and row["ratio"] > 0, row
+    assert rows["idle-ws"]["detail"]["connected"] == 20
+    assert rows["idle-lp"]["detail"]["connected"] == 20
+    assert rows["roundtrip-ws-sqlite"]["detail"]["errors"] == {}
+    assert (tmp_path / "results.png").stat().st_size > 10_000
+    assert "| roundtrip-ws-sqlite |" in (tmp_path / "results.md").read_text()
+    assert "roundtrip-ws-sqlite" in run.stdout
+
+
+def test_only_names_a_row_with_the_rows_it_is_a_ratio_to() -> None:
+    assert [s.name for s in select(["throughput-postgres-2"])] == [
+        "throughput-floor",
+        "throughput-postgres-1",
+        "throughput-postgres-2",
+    ]
+    assert {s.name for s in select(["roundtrip-*-sqlite"])} == {
+        "roundtrip-ws-floor",
+        "roundtrip-lp-floor",
+        "roundtrip-ws-sqlite",
+        "roundtrip-lp-sqlite",
+    }
+    with pytest.raises(ValueError, match="the rows are"):
+        select(["no-such-row"])
+
+
+def test_an_unknown_row_is_a_usage_error() -> None:
+    run = subprocess.run(
+        [sys.executable, "-m", "tapgate", "bench", "--only", "nope"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert run.returncode == 2
+    assert "names no row" in run.stderr
+
+
+def test_a_profile_summary_ranks_the_servers_own_work_below_the_event_loop(tmp_path: Path) -> None:
+    loop = "thread (1): MainThread;<module> (tapgate/__main__.py:5);Runner.run (asyncio/runners.py:118)"
+    folded = tmp_path / "p.folded"
+    folded.write_text(
+        f"{loop};answer (tapgate/services/answering.py:80);execute (sqlalchemy/engine/base.py:1) 3\n"
+        f"{loop} 1\n"
+        "thread (2): Thread-1 (_connection_worker_thread);Thread.run (threading.py:982);"
+        "_connection_worker_thread (aiosqlite/core.py:59) 4\n"
+    )
+    summary = summarize(folded)
+    assert "8 samples" in summary
+    assert "50.0%  _connection_worker_thread" in summary
+    assert "37.5%  answer (tapgate/services/answering.py)" in summary
+    assert "12.5%  (event loop native code" in summary
+    assert "<module>" not in summary
