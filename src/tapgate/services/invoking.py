@@ -151,19 +151,34 @@ async def invoke(ctx: Context, caller: Principal, call: Call, wait: float = 0) -
     digest = arguments_sha256(call.tool, arguments)
     now = ctx.clock.now()
     assert caller.user_id is not None
-    async with ctx.store.unit_of_work(caller.tenant_id) as uow:
-        existing = await uow.invocations.get(invocation_id) if call.invocation_id else None
-        if existing is not None:
-            if existing.user_id != caller.user_id or existing.arguments_sha256 != digest:
-                raise Conflict(f"invocation_id {invocation_id!r} was used for another call; use a new id.")
-            delivered = existing
-        else:
-            try:
-                delivered = await _chain(ctx, uow, caller, call, arguments, invocation_id, digest, now)
-            except _Refusal as refusal:
-                await _journal_refusal(uow, caller, call, invocation_id, refusal, now)
-                return View(invocation_id, call.tool, refusal.status, now, now, reason=refusal.reason)
+    try:
+        async with ctx.store.unit_of_work(caller.tenant_id) as uow:
+            existing = await uow.invocations.get(invocation_id) if call.invocation_id else None
+            if existing is not None:
+                delivered = _replayed(existing, caller, digest)
+            else:
+                try:
+                    delivered = await _chain(ctx, uow, caller, call, arguments, invocation_id, digest, now)
+                except _Refusal as refusal:
+                    await _journal_refusal(uow, caller, call, invocation_id, refusal, now)
+                    return View(invocation_id, call.tool, refusal.status, now, now, reason=refusal.reason)
+    except Conflict:
+        if call.invocation_id is None:
+            raise
+        # A replay that raced the first call: the first one's row decides (gate G2).
+        async with ctx.store.unit_of_work(caller.tenant_id) as uow:
+            existing = await uow.invocations.get(invocation_id)
+        if existing is None:
+            raise
+        delivered = _replayed(existing, caller, digest)
     return await result(ctx, caller, delivered.invocation_id, wait) if wait > 0 else view(delivered)
+
+
+def _replayed(existing: Invocation, caller: Principal, digest: str) -> Invocation:
+    """The invocation a replayed id names. Raises Conflict when the id was used for another call."""
+    if existing.user_id != caller.user_id or existing.arguments_sha256 != digest:
+        raise Conflict(f"invocation_id {existing.invocation_id!r} was used for another call; use a new id.")
+    return existing
 
 
 async def _chain(
