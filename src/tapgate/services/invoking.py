@@ -37,12 +37,20 @@ from tapgate.domain.invocations import (
 )
 from tapgate.domain.policy import PolicyRequest, Verdict, decide
 from tapgate.domain.principals import Principal, Scope, TokenKind
-from tapgate.domain.push import OutboxItem
+from tapgate.domain.push import INVOCATION_PENDING, OutboxItem
 from tapgate.domain.secret_scan import SecretRefused, check_outbound
 from tapgate.domain.sessions import Session, SessionKind
 from tapgate.domain.tools import PHONE_ACTION, ToolName
 from tapgate.ports import UnitOfWork
-from tapgate.services.context import Context, device_key, events_key, inbox_key, invocation_key, wait_slice
+from tapgate.services.context import (
+    Context,
+    device_key,
+    events_key,
+    inbox_key,
+    invocation_key,
+    outbox_key,
+    wait_slice,
+)
 
 _INVOCATION_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,63}$")
 MAX_WAIT = 300
@@ -317,12 +325,14 @@ async def deliver(
                 tenant_id=invocation.tenant_id,
                 delivery_id=new_id("push"),
                 device_uid=device.device_uid,
-                event="invocation.pending",
+                user_id=device.user_id,
+                event=INVOCATION_PENDING,
                 subject_id=invocation.invocation_id,
                 not_before=now + timedelta(seconds=ctx.limits.live_ack_seconds if live else 0),
                 created_at=now,
             )
         )
+        uow.notify(outbox_key(invocation.tenant_id))
     uow.notify(device_key(invocation.tenant_id, device.device_uid))
 
 
@@ -574,12 +584,14 @@ async def open_approval(
                     tenant_id=approval.tenant_id,
                     delivery_id=new_id("push"),
                     device_uid=approver.device_uid,
+                    user_id=approver.user_id,
                     event=APPROVAL_REQUESTED,
                     subject_id=approval.approval_id,
                     not_before=now,
                     created_at=now,
                 )
             )
+            uow.notify(outbox_key(approval.tenant_id))
     await uow.journal.append(
         AuditRecord(
             "invocation.awaiting_approval",
