@@ -168,11 +168,13 @@ def serve(
 
     from tapgate.adapters.store.migrate import pending_migrations
     from tapgate.adapters.store.urls import is_postgres
-    from tapgate.bootstrap import load_policies
+    from tapgate.bootstrap import check_push_settings, load_policies
 
     settings = _settings(config)
     try:
         load_policies(settings)
+        if settings.devices_enabled:
+            check_push_settings(settings)
     except ConfigurationError as e:
         raise fail(str(e)) from None
     if workers > 1 and not is_postgres(settings.database_url):

@@ -11,6 +11,7 @@ from prometheus_client import CollectorRegistry
 from tapgate import __version__
 from tapgate.api import errors
 from tapgate.api.middleware import BodyLimit, Observe
+from tapgate.api.push_metrics import register_push_metrics
 from tapgate.api.routes import (
     accounts,
     agents,
@@ -22,6 +23,7 @@ from tapgate.api.routes import (
     health,
     invocations,
     link,
+    notices,
     pairings,
 )
 from tapgate.gateway import Gateway
@@ -61,6 +63,9 @@ def create_app(gateway: Gateway, max_body_bytes: int = 65_536) -> FastAPI:
         app.include_router(device.router)
         app.include_router(link.router)
         app.include_router(approvals.router)
+        app.include_router(notices.router)
+    if gateway.push_stats is not None:
+        register_push_metrics(app.state.metrics, gateway.push_stats)
     app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
     app.add_middleware(Observe, registry=app.state.metrics)
     return app

@@ -99,7 +99,7 @@ class OutboxItem:
     attempts: int = 0
     claimed_until: datetime | None = None  # a worker is sending it; the claim lapses then
     finished_at: datetime | None = None
-    pushed_at: datetime | None = None  # when its latest attempt went out: the caps count these
+    pushed_at: datetime | None = None  # when the attempt in flight, or the one that was sent, went out
     data: Mapping[str, PushValue] = field(default_factory=dict)  # a notice's ids and flags
     title: str | None = None  # a notice's own words, only with notice_text on, dropped once finished
     body: str | None = None

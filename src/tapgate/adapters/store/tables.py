@@ -278,7 +278,7 @@ push_outbox = Table(
     Column("created_at", UtcDateTime, nullable=False),
     Column("finished_at", UtcDateTime),
     Column("user_id", String(40), nullable=False),  # the device's person: the push caps count per user
-    Column("pushed_at", UtcDateTime),  # when the latest attempt went out
+    Column("pushed_at", UtcDateTime),  # when the attempt in flight (or the one sent) went out
     # A notice's ids and flags, and its words where notice_text is on; emptied once the row is finished.
     Column("payload", Text),
     Column("last_error", String(200)),
