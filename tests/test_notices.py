@@ -92,6 +92,7 @@ async def test_the_persons_words_travel_only_where_notice_text_is_on(
         ({"device_id": "ana-phone"}, "data.device_id"),  # the envelope's own key
         ({"Goal-Id": "g-1"}, "data"),
         ({f"k{n}": n for n in range(17)}, "data"),
+        ({f"k{n}": "x" * 100 for n in range(12)}, "data"),  # too much for a push to carry
         ("g-1", "data"),
     ],
 )
