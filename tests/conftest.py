@@ -15,6 +15,7 @@ import secrets
 from collections.abc import AsyncIterator, Coroutine, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -28,9 +29,12 @@ from tapgate.adapters.store.migrate import migrate
 from tapgate.adapters.store.sql import open_sql_store
 from tapgate.bootstrap import build_app
 from tapgate.config import Settings
-from tapgate.ports import Store
+from tapgate.ports import PushSender, Store
+from tests.pushfakes import LoopbackServer, PushFakes, new_accounts
 
 T = TypeVar("T")
+SENDER_TIMEOUT = 2.0  # seconds a push sender waits in tests (SHORT_TIMEOUT where a fake is slow on purpose)
+SHORT_TIMEOUT = 0.3  # the push fakes' slow replies take 0.6 s
 
 ADMIN_URL = os.environ.get("TAPGATE_TEST_POSTGRES_ADMIN", "postgresql://postgres@127.0.0.1:5432/postgres")
 HOW_TO_GET_POSTGRES = (
@@ -161,13 +165,43 @@ async def device_api(device_settings: Settings, clock: FrozenClock) -> AsyncIter
 
 @contextlib.asynccontextmanager
 async def asgi_client(
-    settings: Settings, clock: FrozenClock | None = None
+    settings: Settings, clock: FrozenClock | None = None, push: PushSender | None = None
 ) -> AsyncIterator[httpx.AsyncClient]:
-    app = build_app(settings, clock=clock)
+    app = build_app(settings, clock=clock, push=push)
     transport = httpx.ASGITransport(app=app)
     async with (
         app.router.lifespan_context(app),
         httpx.AsyncClient(transport=transport, base_url="http://tapgate.test") as client,
     ):
         client.app = app  # type: ignore[attr-defined]
+        yield client
+
+
+# -- push: loopback fakes of the push services (tests/pushfakes.py) ----------------------------------------
+
+
+@pytest.fixture(scope="session")
+def push_server() -> Iterator[PushFakes]:
+    with LoopbackServer(PushFakes(new_accounts())) as fakes:
+        yield fakes
+
+
+@pytest.fixture
+def fakes(push_server: PushFakes) -> Iterator[PushFakes]:
+    """The push fakes, emptied; every check they made must have passed."""
+    push_server.reset()
+    yield push_server
+    assert push_server.problems == []
+
+
+@pytest.fixture
+def push_clock() -> FrozenClock:
+    """A frozen clock near the real time: the relay fake checks timestamps against its own clock."""
+    return FrozenClock(datetime.now(UTC).replace(microsecond=0))
+
+
+@pytest.fixture
+async def push_http() -> AsyncIterator[httpx.AsyncClient]:
+    """The push senders' client (each sender bounds its own time)."""
+    async with httpx.AsyncClient(timeout=SENDER_TIMEOUT) as client:
         yield client

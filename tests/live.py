@@ -105,19 +105,27 @@ def _toml(value: object) -> str:
         return "true" if value else "false"
     if isinstance(value, str):
         return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml(v) for v in value) + "]"
     return str(value)
 
 
 def write_config(folder: Path, database_url: str, **settings: object) -> Path:
-    """A tapgate.toml with both device flags on and ``settings`` added."""
+    """A tapgate.toml with both device flags on and ``settings`` added (a dict becomes a table)."""
     values: dict[str, object] = {
         "database_url": database_url,
         "device_channel_enabled": True,
         "device_sms_enabled": True,
         **settings,
     }
+    keys = [f"{key} = {_toml(value)}\n" for key, value in values.items() if not isinstance(value, dict)]
+    tables = [
+        f"[{name}]\n" + "".join(f"{key} = {_toml(value)}\n" for key, value in table.items())
+        for name, table in values.items()
+        if isinstance(table, dict)
+    ]
     path = folder / "tapgate.toml"
-    path.write_text("".join(f"{key} = {_toml(value)}\n" for key, value in values.items()))
+    path.write_text("".join(keys + tables))
     return path
 
 

@@ -190,6 +190,12 @@ class PushFakes:
     fcm_token_fault: tuple[int, dict[str, Any]] | None = None
     fcm_issued: list[str] = field(default_factory=list)
     fcm_revoked: set[str] = field(default_factory=set)
+    arrived: threading.Condition = field(default_factory=threading.Condition)  # notified per request seen
+
+    def wait_seen(self, route: str, count: int, timeout: float) -> bool:
+        """Block until ``count`` requests reached ``route`` (False after ``timeout`` seconds)."""
+        with self.arrived:
+            return self.arrived.wait_for(lambda: self.hits[route] >= count, timeout=timeout)
 
     def reset(self) -> None:
         self.seen.clear()
@@ -239,8 +245,10 @@ class PushFakes:
 
     async def _record(self, request: Request, route: str, plaintext: bytes = b"") -> Seen:
         seen = Seen(route, request.url.path, dict(request.headers), await request.body(), plaintext)
-        self.seen.append(seen)
-        self.hits[route] += 1
+        with self.arrived:
+            self.seen.append(seen)
+            self.hits[route] += 1
+            self.arrived.notify_all()
         return seen
 
     async def _relay_ok(self, request: Request) -> Response:

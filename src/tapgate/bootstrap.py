@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
 from pathlib import Path
+from typing import Any
 
+import httpx
 from fastapi import FastAPI
 
 from tapgate.adapters.clock import SystemClock
+from tapgate.adapters.push import ApnsSender, FcmSender, PushRouter, RelaySender, WebPushSender
 from tapgate.adapters.push.webpush import application_server_key
 from tapgate.adapters.store.sql import open_sql_store
 from tapgate.adapters.store.urls import engine_url
@@ -17,7 +22,7 @@ from tapgate.config import Settings
 from tapgate.domain.errors import ConfigurationError
 from tapgate.domain.policy import PolicySet, parse_policies
 from tapgate.gateway import Background, Gateway
-from tapgate.ports import Clock, Store
+from tapgate.ports import Clock, PushSender, Store
 from tapgate.services.context import Limits
 
 
@@ -34,6 +39,13 @@ def limits_from(settings: Settings) -> Limits:
         live_ack_seconds=settings.live_ack_seconds,
         triage_idle_seconds=settings.triage_idle_seconds,
         not_me_cooldown_seconds=settings.not_me_cooldown_seconds,
+        push_cap=settings.push_cap,
+        push_window_seconds=settings.push_window_seconds,
+        push_coalesce_seconds=settings.push_coalesce_seconds,
+        push_retry_seconds=tuple(settings.push_retry_seconds),
+        push_lease_seconds=settings.push_lease_seconds,
+        push_sweep_seconds=settings.push_sweep_seconds,
+        notice_text=settings.notice_text,
     )
 
 
@@ -49,8 +61,99 @@ def load_policies(settings: Settings) -> PolicySet:
     return parse_policies(text, source=str(path))
 
 
-def build_gateway(settings: Settings, store: Store | None = None, clock: Clock | None = None) -> Gateway:
+PUSH_TIMEOUT_SECONDS = 10.0
+
+
+class _ClosesClient:
+    """Closes the push senders' shared HTTP client when the gateway closes (after the push worker)."""
+
+    def __init__(self, client: httpx.AsyncClient) -> None:
+        self._client = client
+
+    async def start(self) -> None:
+        return None
+
+    async def close(self) -> None:
+        await self._client.aclose()
+
+
+def new_push_client() -> httpx.AsyncClient:
+    """One client for every push service: HTTP/2 where the service speaks it (APNs needs it), no redirects."""
+    return httpx.AsyncClient(
+        http2=True,
+        follow_redirects=False,
+        timeout=PUSH_TIMEOUT_SECONDS,
+        limits=httpx.Limits(max_connections=64, max_keepalive_connections=16),
+    )
+
+
+def build_push(settings: Settings, clock: Clock, client: httpx.AsyncClient) -> PushRouter:
+    """The push senders the settings configure, behind one router. Raises ConfigurationError for a key
+    or key file that cannot be used."""
+    senders: dict[str, PushSender] = {}
+    if settings.webpush.vapid_private_key:
+        senders["webpush"] = WebPushSender(
+            client, settings.webpush.vapid_private_key, settings.webpush.subject, clock
+        )
+    apns = settings.apns
+    if apns.enabled:
+        senders["apns"] = ApnsSender(
+            client,
+            apns.team_id,
+            apns.key_id,
+            _read(apns.private_key_file, "apns.private_key_file"),
+            apns.topic,
+            clock,
+            endpoint=apns.endpoint,
+        )
+    fcm = settings.fcm
+    if fcm.enabled:
+        senders["fcm"] = FcmSender(
+            client, fcm.project_id, _service_account(fcm.service_account_file), clock, endpoint=fcm.endpoint
+        )
+    relay = None
+    if settings.push_relays:
+        relay = RelaySender(client, settings.push_relays, settings.relay_secret, clock)
+    return PushRouter(senders, relay)
+
+
+def check_push_settings(settings: Settings) -> None:
+    """Raise ConfigurationError now, before serving, if the push settings cannot build their senders."""
+
+    async def check() -> None:
+        async with new_push_client() as client:
+            build_push(settings, SystemClock(), client)
+
+    asyncio.run(check())
+
+
+def _read(path: str, key: str) -> str:
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigurationError(f"{key} {path} cannot be read: {getattr(e, 'strerror', None) or e}.") from e
+
+
+def _service_account(path: str) -> dict[str, Any]:
+    try:
+        account = json.loads(_read(path, "fcm.service_account_file"))
+    except ValueError as e:
+        raise ConfigurationError(f"fcm.service_account_file {path} is not the JSON key file.") from e
+    if not isinstance(account, dict):
+        raise ConfigurationError(f"fcm.service_account_file {path} is not the JSON key file.")
+    return account
+
+
+def build_gateway(
+    settings: Settings,
+    store: Store | None = None,
+    clock: Clock | None = None,
+    push: PushSender | None = None,
+) -> Gateway:
+    """The gateway the settings describe. ``store``, ``clock`` and ``push`` replace the adapters the
+    settings would choose (tests inject fakes; ``push`` stands for every push sender)."""
     wake = getattr(store, "wake", None) or LocalWake()
+    clock = clock or SystemClock()
     background: list[Background] = []
     if store is None:
         store = open_sql_store(settings.database_url, wake=wake)
@@ -58,15 +161,20 @@ def build_gateway(settings: Settings, store: Store | None = None, clock: Clock |
         if url.get_backend_name() == "postgresql":
             dsn = url.set(drivername="postgresql").render_as_string(hide_password=False)
             background.append(PostgresListener(dsn, wake))
+    if push is None and settings.devices_enabled:  # with the device flags off, no push is sent (G12)
+        client = new_push_client()
+        background.append(_ClosesClient(client))
+        push = build_push(settings, clock, client)
     return Gateway(
         store=store,
-        clock=clock or SystemClock(),
+        clock=clock,
         wake=wake,
         limits=limits_from(settings),
         device_channel=settings.devices_enabled,
         public_url=settings.public_url,
         policies=load_policies(settings),
         background=background,
+        push=push,
     )
 
 
@@ -77,9 +185,11 @@ def web_push_key(settings: Settings) -> str | None:
     return application_server_key(vapid) if vapid else None
 
 
-def build_app(settings: Settings, store: Store | None = None, clock: Clock | None = None) -> FastAPI:
+def build_app(
+    settings: Settings, store: Store | None = None, clock: Clock | None = None, push: PushSender | None = None
+) -> FastAPI:
     return create_app(
-        build_gateway(settings, store, clock),
+        build_gateway(settings, store, clock, push),
         max_body_bytes=settings.max_body_bytes,
         mcp_wait=settings.mcp_wait_seconds,
         web_push_key=web_push_key(settings),

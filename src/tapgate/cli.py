@@ -188,12 +188,14 @@ def serve(
 
     from tapgate.adapters.store.migrate import pending_migrations
     from tapgate.adapters.store.urls import is_postgres
-    from tapgate.bootstrap import load_policies, web_push_key
+    from tapgate.bootstrap import check_push_settings, load_policies, web_push_key
 
     settings = _settings(config)
     try:
         load_policies(settings)
         web_push_key(settings)
+        if settings.devices_enabled:
+            check_push_settings(settings)
     except ConfigurationError as e:
         raise fail(str(e)) from None
     if workers > 1 and not is_postgres(settings.database_url):

@@ -1,7 +1,7 @@
 """Settings from ``tapgate.toml`` and ``TAPGATE_*`` variables (the environment wins), read once at the edge.
 
-A relative SQLite path or policies file is taken relative to the settings file's folder, so a deployment
-folder can be moved as a whole.
+A relative SQLite path, policies file or push key file is taken relative to the settings file's folder, so
+a deployment folder can be moved as a whole.
 """
 
 from __future__ import annotations
@@ -30,6 +30,50 @@ class WebPushSettings(BaseModel):
     subject: str = "mailto:admin@example.com"
 
 
+class ApnsSettings(BaseModel):
+    """Apple's push service with token authentication; on when ``private_key_file`` is set."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    team_id: str = ""
+    key_id: str = ""
+    private_key_file: str = ""  # the .p8 key Apple issued (PEM)
+    topic: str = ""  # the app's bundle id
+    endpoint: str = "https://api.push.apple.com"  # https://api.sandbox.push.apple.com for development
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.private_key_file)
+
+    @model_validator(mode="after")
+    def _complete(self) -> ApnsSettings:
+        if self.enabled:
+            missing = [k for k in ("team_id", "key_id", "topic") if not getattr(self, k)]
+            if missing:
+                raise ValueError("APNs needs " + ", ".join(missing) + " beside private_key_file")
+        return self
+
+
+class FcmSettings(BaseModel):
+    """Firebase Cloud Messaging (HTTP v1) as a service account; on when ``service_account_file`` is set."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    project_id: str = ""
+    service_account_file: str = ""  # the service account's JSON key file
+    endpoint: str = "https://fcm.googleapis.com"
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.service_account_file)
+
+    @model_validator(mode="after")
+    def _complete(self) -> FcmSettings:
+        if self.enabled and not self.project_id:
+            raise ValueError("FCM needs project_id beside service_account_file")
+        return self
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="TAPGATE_", env_nested_delimiter="__", extra="forbid", frozen=True
@@ -56,6 +100,14 @@ class Settings(BaseSettings):
     relay_secret: str = ""
     push_relays: dict[str, str] = Field(default_factory=dict)
     webpush: WebPushSettings = Field(default_factory=WebPushSettings)
+    apns: ApnsSettings = Field(default_factory=ApnsSettings)
+    fcm: FcmSettings = Field(default_factory=FcmSettings)
+    push_cap: int = Field(10, ge=1, le=10_000)  # pushes per user per push_window_seconds
+    push_window_seconds: int = Field(600, ge=1, le=86_400)
+    push_coalesce_seconds: float = Field(5.0, ge=0, le=600)
+    push_retry_seconds: list[float] = Field(default_factory=lambda: [2.0, 10.0], max_length=10)
+    push_lease_seconds: float = Field(60.0, ge=1, le=3600)
+    push_sweep_seconds: float = Field(5.0, gt=0, le=600)
     max_body_bytes: int = Field(65_536, ge=1024, le=16 * 1024 * 1024)
     mcp_wait_seconds: float = Field(60, ge=0, le=300)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
@@ -67,6 +119,14 @@ class Settings(BaseSettings):
                 "device_channel_enabled and device_sms_enabled are paired: set both to true, or both to "
                 "false (TAPGATE_DEVICE_CHANNEL_ENABLED and TAPGATE_DEVICE_SMS_ENABLED)"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _relays_are_signed(self) -> Settings:
+        if self.push_relays and not self.relay_secret:
+            raise ValueError("push_relays needs relay_secret: relays refuse a message they cannot verify")
+        if any(wait < 0 for wait in self.push_retry_seconds):
+            raise ValueError("push_retry_seconds are waits in seconds: none may be negative")
         return self
 
     @property
@@ -136,4 +196,9 @@ def _anchor_paths(settings: Settings, base: Path) -> Settings:
         changes["database_url"] = prefix + str((base / url[len(prefix) :]).resolve())
     if settings.policies_file and not Path(settings.policies_file).is_absolute():
         changes["policies_file"] = str((base / settings.policies_file).resolve())
+    apns, fcm = settings.apns.private_key_file, settings.fcm.service_account_file
+    if apns and not Path(apns).is_absolute():
+        changes["apns"] = settings.apns.model_copy(update={"private_key_file": str((base / apns).resolve())})
+    if fcm and not Path(fcm).is_absolute():
+        changes["fcm"] = settings.fcm.model_copy(update={"service_account_file": str((base / fcm).resolve())})
     return settings.model_copy(update=changes) if changes else settings

@@ -17,7 +17,7 @@ from tapgate.domain.policy import PolicySet
 from tapgate.domain.principals import Principal, Scope, TokenKind
 from tapgate.domain.sessions import Session
 from tapgate.domain.tools import ToolFormat
-from tapgate.ports import Clock, Store, Wake
+from tapgate.ports import Clock, PushSender, Store, Wake
 from tapgate.services import (
     accounts,
     answering,
@@ -27,6 +27,7 @@ from tapgate.services import (
     ingesting,
     invoking,
     journal,
+    notices,
     pairings,
     sessions,
     tools,
@@ -39,7 +40,9 @@ from tapgate.services.devices import DeviceCaller, NewDevice
 from tapgate.services.expiry import Sweeper, sweep
 from tapgate.services.ingesting import Ingested
 from tapgate.services.invoking import Call, View
+from tapgate.services.outbox import PushStats
 from tapgate.services.pairings import Claimed
+from tapgate.services.push_worker import PushWorker
 
 
 class Background(Protocol):
@@ -66,13 +69,16 @@ class Gateway:
         policies: PolicySet | None = None,
         background: Sequence[Background] = (),
         sweep_seconds: float = 1.0,
+        push: PushSender | None = None,
     ) -> None:
+        """``push`` sends the outbox's rows; with the device channel off no worker runs (gate G12)."""
         self.ctx = Context(store, clock, wake, limits or Limits(), policies or PolicySet(), device_channel)
         self.public_url = public_url
         self._auth = AuthCache()
         wake.listen(self._auth.on_notify)
         self._background = list(background)
         self._sweeper = Sweeper(self.ctx, sweep_seconds)
+        self._pusher = PushWorker(self.ctx, push) if device_channel and push is not None else None
 
     @property
     def store(self) -> Store:
@@ -90,15 +96,25 @@ class Gateway:
     def device_channel(self) -> bool:
         return self.ctx.device_channel
 
+    @property
+    def push_stats(self) -> PushStats | None:
+        """What this process's push worker did (None: no worker runs here)."""
+        return self._pusher.stats if self._pusher else None
+
     async def start(self) -> None:
-        """Start the process's background work: notifications from other processes, the expiry sweep."""
+        """Start the process's background work: notifications from other processes, the expiry sweep,
+        the push worker."""
         for service in self._background:
             await service.start()
         if self.device_channel:
             self._sweeper.start()
+        if self._pusher is not None:
+            await self._pusher.start()
 
     async def close(self) -> None:
         await self._sweeper.close()
+        if self._pusher is not None:
+            await self._pusher.close()
         for service in reversed(self._background):
             await service.close()
         await self.store.close()
@@ -269,6 +285,25 @@ class Gateway:
     async def sweep(self) -> int:
         """Expire every overdue invocation now (the background sweep does this on its own)."""
         return await sweep(self.ctx)
+
+    async def send_pushes(self) -> None:
+        """Send every push due now and wait until each is recorded (the push worker does this on its
+        own, woken by each commit)."""
+        if self._pusher is not None:
+            await self._pusher.run_once()
+
+    # notices
+
+    async def notice(
+        self,
+        caller: Principal,
+        event: str,
+        user_id: str | None = None,
+        data: object = None,
+        ui: object = None,
+    ) -> list[str]:
+        """Queue a notice for each of the user's devices that has a push target; their device ids."""
+        return await notices.send_notice(self.ctx, caller, event, user_id, data, ui)
 
     # events
 

@@ -10,7 +10,7 @@ from typing import Protocol
 
 from tapgate.domain.accounts import Credential, Tenant, User
 from tapgate.domain.audit import AuditEntry, AuditRecord
-from tapgate.domain.devices import Declared, Device, DeviceStatus
+from tapgate.domain.devices import Declared, Device, DeviceStatus, PushTarget
 from tapgate.domain.events import Event, EventValue
 from tapgate.domain.inbox import Approval
 from tapgate.domain.ingest import Receipt, Triage
@@ -76,6 +76,9 @@ class Devices(Protocol):
     async def set_link(self, device_uid: str, until: datetime | None) -> None:
         """Mark a live link held until ``until`` (None: no live link)."""
 
+    async def set_push(self, device_uid: str, target: PushTarget | None) -> None:
+        """Replace the device's push target (None: it has none)."""
+
 
 class Pairings(Protocol):
     async def add(self, pairing: Pairing) -> None: ...
@@ -134,7 +137,27 @@ class Invocations(Protocol):
 class Outbox(Protocol):
     async def add(self, item: OutboxItem) -> None: ...
 
-    async def for_subject(self, subject_id: str) -> Sequence[OutboxItem]: ...
+    async def get(self, delivery_id: str) -> OutboxItem | None: ...
+
+    async def for_subject(self, subject_id: str) -> Sequence[OutboxItem]:
+        """The rows announcing an invocation, approval or notice, oldest first."""
+
+    async def claim(self, now: datetime, until: datetime, limit: int) -> Sequence[OutboxItem]:
+        """Claim up to ``limit`` queued rows due at ``now`` (``not_before`` passed, no live claim), oldest
+        first, until ``until``. No other unit of work claims a row, or decides on the tenant's caps,
+        until this one ends (PostgreSQL: a transaction lock per tenant; SQLite: the single writer)."""
+
+    async def save(self, item: OutboxItem) -> None:
+        """Store the row's state (status, attempts, times, payload, last error) by its delivery id."""
+
+    async def pushed_since(self, user_id: str, since: datetime) -> int:
+        """Attempts that went out to the user's devices at or after ``since`` and did not fail for good."""
+
+    async def last_pushed(self, device_uid: str) -> datetime | None:
+        """When the device's latest push went out (failed ones aside)."""
+
+    async def next_due(self) -> datetime | None:
+        """The earliest moment a queued row can be claimed (its not_before, or when its claim lapses)."""
 
 
 class Approvals(Protocol):
@@ -266,6 +289,10 @@ class Wake(Protocol):
 
 class PushSender(Protocol):
     """Sends one content-free push to one device through one service (a relay, Web Push, APNs, FCM)."""
+
+    def serves(self, kind: str) -> bool:
+        """Whether this sender delivers to devices whose push target is of ``kind``."""
+        ...
 
     async def send(self, message: PushMessage) -> None:
         """Deliver ``message`` once. Raises PushFailed (``retryable`` says whether to try again) or

@@ -14,6 +14,7 @@ from tapgate import __version__
 from tapgate.api import errors
 from tapgate.api.mcp import McpEndpoint
 from tapgate.api.middleware import BodyLimit, Observe
+from tapgate.api.push_metrics import register_push_metrics
 from tapgate.api.routes import (
     accounts,
     agents,
@@ -25,6 +26,7 @@ from tapgate.api.routes import (
     health,
     invocations,
     link,
+    notices,
     pairings,
     webapp,
 )
@@ -98,6 +100,9 @@ def create_app(
         app.router.routes.append(Route(McpEndpoint.path, McpEndpoint(gateway, mcp), include_in_schema=False))
         app.include_router(webapp.router)
         app.mount("/app", webapp.static_app(), name="app")
+        app.include_router(notices.router, responses=_ERRORS)
+    if gateway.push_stats is not None:
+        register_push_metrics(app.state.metrics, gateway.push_stats)
     app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
     app.add_middleware(Observe, registry=app.state.metrics)
     return app

@@ -310,3 +310,21 @@ class ErrorDetail(BaseModel):
 
 class ErrorBody(BaseModel):
     error: ErrorDetail
+
+
+class NoticeBody(Request):
+    event: str = Field(
+        max_length=40,
+        description="goal.blocked, goal.done, memory.proposed, suggestion.proposed, run.finished, run.failed",
+    )
+    user_id: str | None = Field(None, max_length=40, description="The person (an operator must name one)")
+    data: dict[str, Any] | None = Field(
+        None, description="Ids and flags only: ids (at most 200 characters), numbers and booleans"
+    )
+    ui: dict[str, Any] | None = Field(
+        None, description="{title, body}: shown only where the operator turned notice_text on"
+    )
+
+
+class NoticeAnswer(BaseModel):
+    delivered_to: list[str] = Field(description="The devices the notice is queued for")

@@ -13,6 +13,7 @@ from tapgate.domain.principals import SCOPES_BY_KIND, Principal, Scope, TokenKin
 from tapgate.domain.text import check_display_text
 from tapgate.domain.tokens import check_secret, issue_token, parse_token
 from tapgate.ports import Clock, Store
+from tapgate.services.context import TENANTS_KEY
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +41,7 @@ async def create_tenant(store: Store, clock: Clock, name: str, actor: str = "cli
             AuditRecord("token.created", actor, subject=issued.credential_id, data={"kind": "operator"}),
             now,
         )
+        uow.notify(TENANTS_KEY)  # the push worker starts listening for the new tenant's outbox
     return NewToken(issued.token, TokenKind.OPERATOR, frozenset(), issued.credential_id)
 
 
@@ -59,6 +61,7 @@ async def create_operator_token(store: Store, clock: Clock, tenant_id: str, acto
             AuditRecord("token.created", actor, subject=issued.credential_id, data={"kind": "operator"}),
             now,
         )
+        uow.notify(TENANTS_KEY)  # the push worker starts listening for the new tenant's outbox
     return NewToken(issued.token, TokenKind.OPERATOR, frozenset(), issued.credential_id)
 
 

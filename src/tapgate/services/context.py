@@ -21,6 +21,13 @@ class Limits:
     live_ack_seconds: float = 1.0  # how long a live link may take a call before its push goes out
     not_me_cooldown_seconds: int = 1200  # "this wasn't me" pauses the agent's asks for this long
     triage_idle_seconds: int = 3600  # a triage session idle this long is replaced by a new one
+    push_cap: int = 10  # pushes per user per window (DESIGN §7.1); past it, nothing more reaches a phone
+    push_window_seconds: int = 600
+    push_coalesce_seconds: float = 5.0  # a device pushed this recently waits: a burst becomes one push
+    push_retry_seconds: tuple[float, ...] = (2.0, 10.0)  # the wait before each retry of a failed push
+    push_lease_seconds: float = 60.0  # a worker's claim on a row; past it, another worker may send it
+    push_sweep_seconds: float = 5.0  # the worker looks again this often, notified or not
+    notice_text: bool = False  # notices may show the person the agent's own title and body
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +68,14 @@ def events_key(tenant_id: str, user_id: str) -> str:
 def tools_key(tenant_id: str, user_id: str) -> str:
     """Notified when the user's tool list may have changed: grants, devices, capabilities, sessions."""
     return f"{tenant_id}:tools:{user_id}"
+
+
+def outbox_key(tenant_id: str) -> str:
+    """Notified when the tenant's push outbox has a new row."""
+    return f"{tenant_id}:outbox"
+
+
+TENANTS_KEY = "tenants"  # notified when a tenant is created
 
 
 def wait_slice(ctx: Context, left: float) -> float:

@@ -20,7 +20,7 @@ from tapgate.domain import phone_action
 from tapgate.domain.approvals import action_sha256, new_sign_block
 from tapgate.domain.audit import AuditRecord
 from tapgate.domain.devices import PHONE_ACTIONS, SMS_SEND, Capability, Device, DeviceStatus
-from tapgate.domain.errors import Conflict, DuplicateInvocation, InvalidInput, NotFound
+from tapgate.domain.errors import Conflict, InvalidInput, NotFound
 from tapgate.domain.events import APPROVAL_REQUESTED, INVOCATION_RESOLVED
 from tapgate.domain.ids import new_id
 from tapgate.domain.inbox import Approval, ApprovalStatus, binding_code, prompt_for, render_preview
@@ -37,12 +37,20 @@ from tapgate.domain.invocations import (
 )
 from tapgate.domain.policy import PolicyRequest, Verdict, decide
 from tapgate.domain.principals import Principal, Scope, TokenKind
-from tapgate.domain.push import OutboxItem
+from tapgate.domain.push import INVOCATION_PENDING, OutboxItem
 from tapgate.domain.secret_scan import SecretRefused, check_outbound
 from tapgate.domain.sessions import Session, SessionKind
 from tapgate.domain.tools import PHONE_ACTION, ToolName
 from tapgate.ports import UnitOfWork
-from tapgate.services.context import Context, device_key, events_key, inbox_key, invocation_key, wait_slice
+from tapgate.services.context import (
+    Context,
+    device_key,
+    events_key,
+    inbox_key,
+    invocation_key,
+    outbox_key,
+    wait_slice,
+)
 
 _INVOCATION_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,63}$")
 MAX_WAIT = 300
@@ -151,29 +159,34 @@ async def invoke(ctx: Context, caller: Principal, call: Call, wait: float = 0) -
     digest = arguments_sha256(call.tool, arguments)
     now = ctx.clock.now()
     assert caller.user_id is not None
-    for attempt in range(2):
-        try:
-            async with ctx.store.unit_of_work(caller.tenant_id) as uow:
-                existing = await uow.invocations.get(invocation_id) if call.invocation_id else None
-                if existing is not None:
-                    if existing.user_id != caller.user_id or existing.arguments_sha256 != digest:
-                        raise Conflict(
-                            f"invocation_id {invocation_id!r} was used for another call; use a new id."
-                        )
-                    delivered = existing
-                else:
-                    try:
-                        delivered = await _chain(
-                            ctx, uow, caller, call, arguments, invocation_id, digest, now
-                        )
-                    except _Refusal as refusal:
-                        await _journal_refusal(uow, caller, call, invocation_id, refusal, now)
-                        return View(invocation_id, call.tool, refusal.status, now, now, reason=refusal.reason)
-            break
-        except DuplicateInvocation:
-            if attempt:  # a concurrent replay wrote the row first: read it on the next pass
-                raise
+    try:
+        async with ctx.store.unit_of_work(caller.tenant_id) as uow:
+            existing = await uow.invocations.get(invocation_id) if call.invocation_id else None
+            if existing is not None:
+                delivered = _replayed(existing, caller, digest)
+            else:
+                try:
+                    delivered = await _chain(ctx, uow, caller, call, arguments, invocation_id, digest, now)
+                except _Refusal as refusal:
+                    await _journal_refusal(uow, caller, call, invocation_id, refusal, now)
+                    return View(invocation_id, call.tool, refusal.status, now, now, reason=refusal.reason)
+    except Conflict:
+        if call.invocation_id is None:
+            raise
+        # A replay that raced the first call: the first one's row decides (gate G2).
+        async with ctx.store.unit_of_work(caller.tenant_id) as uow:
+            existing = await uow.invocations.get(invocation_id)
+        if existing is None:
+            raise
+        delivered = _replayed(existing, caller, digest)
     return await result(ctx, caller, delivered.invocation_id, wait) if wait > 0 else view(delivered)
+
+
+def _replayed(existing: Invocation, caller: Principal, digest: str) -> Invocation:
+    """The invocation a replayed id names. Raises Conflict when the id was used for another call."""
+    if existing.user_id != caller.user_id or existing.arguments_sha256 != digest:
+        raise Conflict(f"invocation_id {existing.invocation_id!r} was used for another call; use a new id.")
+    return existing
 
 
 async def _chain(
@@ -312,12 +325,14 @@ async def deliver(
                 tenant_id=invocation.tenant_id,
                 delivery_id=new_id("push"),
                 device_uid=device.device_uid,
-                event="invocation.pending",
+                user_id=device.user_id,
+                event=INVOCATION_PENDING,
                 subject_id=invocation.invocation_id,
                 not_before=now + timedelta(seconds=ctx.limits.live_ack_seconds if live else 0),
                 created_at=now,
             )
         )
+        uow.notify(outbox_key(invocation.tenant_id))
     uow.notify(device_key(invocation.tenant_id, device.device_uid))
 
 
@@ -573,12 +588,14 @@ async def open_approval(
                     tenant_id=approval.tenant_id,
                     delivery_id=new_id("push"),
                     device_uid=approver.device_uid,
+                    user_id=approver.user_id,
                     event=APPROVAL_REQUESTED,
                     subject_id=approval.approval_id,
                     not_before=now,
                     created_at=now,
                 )
             )
+            uow.notify(outbox_key(approval.tenant_id))
     await uow.journal.append(
         AuditRecord(
             "invocation.awaiting_approval",

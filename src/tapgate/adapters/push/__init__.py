@@ -6,8 +6,9 @@
                └─ any other kind with a relay ─> RelaySender (HMAC-signed POST, see tapgate.relay)
 
 Each takes an injected httpx.AsyncClient, never follows a redirect, and raises only PushFailed or
-SubscriptionGone. Only the relay sender retries on its own (APNs and FCM resend once, with a renewed
-auth token, when theirs is refused); the others leave retries to the outbox, which reads ``retryable``.
+SubscriptionGone. Retries belong to the outbox (tapgate.services.outbox), which reads ``retryable``
+(APNs and FCM resend once at once, with a renewed auth token, when theirs is refused; the relay sender
+can retry in place when built with a ``backoff``, which the gateway does not use).
 """
 
 from __future__ import annotations

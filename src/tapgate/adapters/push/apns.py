@@ -69,6 +69,9 @@ class ApnsSender:
         self._timeout = timeout
         self._token: tuple[str, float] | None = None  # the provider token and when it was made
 
+    def serves(self, kind: str) -> bool:
+        return kind == KIND
+
     @staticmethod
     def body(message: PushMessage) -> dict[str, object]:
         """The alert shows the generic text; ``tapgate`` carries the event, the device and the ids."""

@@ -67,6 +67,9 @@ class FcmSender:
         self._access: tuple[str, float] | None = None  # the access token and when to stop using it
         self._lock = anyio.Lock()
 
+    def serves(self, kind: str) -> bool:
+        return kind == KIND
+
     @staticmethod
     def body(message: PushMessage) -> dict[str, object]:
         """Raises PushFailed (not retryable) when the message's data uses a key FCM or the envelope owns."""

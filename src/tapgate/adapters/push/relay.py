@@ -1,9 +1,10 @@
 """The relay sender: a signed POST to the operator's relay for the device's push kind (see tapgate.relay).
 
-Retry policy: a network error, the deadline or a 5xx is tried again here, three attempts in all with a short
-back-off; then PushFailed(retryable=True) tells the outbox it may try the row again later. A 3xx (never
-followed) or a 4xx is never tried again here: PushFailed(retryable=False), except a 429, which the outbox
-may try later. Every attempt carries the same delivery id and signature, so a relay that took an earlier
+Retry policy: a network error, the deadline, a 5xx or a 429 may pass later: PushFailed(retryable=True);
+a 3xx (never followed) or another 4xx is final: PushFailed(retryable=False). The gateway's outbox owns
+the retries (``push_retry_seconds``: two, so three attempts in all on a network error or a 5xx), durable
+across restarts, and builds this sender with no ``backoff`` of its own; a sender used on its own may
+retry in place with one. Every attempt carries the same delivery id, so a relay that took an earlier
 attempt sees the next as a replay (tapgate.relay tells relays to answer that with a 2xx).
 """
 
@@ -37,12 +38,12 @@ class RelaySender:
         secret: str,
         clock: Clock,
         *,
-        backoff: Sequence[float] = (0.5, 2.0),
+        backoff: Sequence[float] = (),
         timeout: float = 10.0,
         sleep: Callable[[float], Awaitable[None]] = anyio.sleep,
     ) -> None:
-        """``backoff`` is the wait before each retry (its length is the number of retries); ``timeout``
-        bounds each attempt, the reply's body included."""
+        """``backoff`` is the wait before each retry in place (its length is the number of retries; none
+        by default); ``timeout`` bounds each attempt, the reply's body included."""
         self._client = client
         self._relays = dict(relays)
         self._secret = secret

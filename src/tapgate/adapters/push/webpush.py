@@ -66,6 +66,9 @@ class WebPushSender:
                 "webpush.subject must be a mailto: address or an https: URL to reach the operator."
             ) from e
 
+    def serves(self, kind: str) -> bool:
+        return kind == KIND
+
     @property
     def public_key(self) -> str:
         """The application server key a browser subscribes with (base64url, uncompressed point)."""

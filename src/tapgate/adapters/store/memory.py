@@ -14,14 +14,14 @@ from datetime import datetime
 from tapgate.adapters.wake.local import LocalWake
 from tapgate.domain.accounts import Credential, Tenant, User
 from tapgate.domain.audit import GENESIS, AuditEntry, AuditRecord, chain_entry
-from tapgate.domain.devices import Declared, Device, DeviceStatus
+from tapgate.domain.devices import Declared, Device, DeviceStatus, PushTarget
 from tapgate.domain.errors import Conflict, DuplicateInvocation, StorageError
 from tapgate.domain.events import Event, EventValue
 from tapgate.domain.inbox import Approval, ApprovalStatus
 from tapgate.domain.ingest import Receipt, Triage
 from tapgate.domain.invocations import CONFIRMED_ON_DEVICE, Invocation, Status
 from tapgate.domain.pairing import Pairing
-from tapgate.domain.push import OutboxItem
+from tapgate.domain.push import OutboxItem, OutboxStatus
 from tapgate.domain.sessions import Session
 
 
@@ -222,6 +222,9 @@ class _Devices(_Repo):
     async def set_link(self, device_uid: str, until: datetime | None) -> None:
         self._update(device_uid, link_until=until)
 
+    async def set_push(self, device_uid: str, target: PushTarget | None) -> None:
+        self._update(device_uid, push=target)
+
 
 class _Pairings(_Repo):
     async def add(self, pairing: Pairing) -> None:
@@ -366,16 +369,74 @@ class _Events(_Repo):
         return [e for e in events[after:] if e.user_id == user_id][:limit]
 
 
+_PUSHED = (OutboxStatus.QUEUED, OutboxStatus.SENT)
+
+
 class _Outbox(_Repo):
+    def _mine(self) -> list[OutboxItem]:
+        found = [i for (t, _), i in self.state.outbox.items() if t == self.tenant_id]
+        return sorted(found, key=lambda i: (i.created_at, i.delivery_id))
+
     async def add(self, item: OutboxItem) -> None:
         self._own(item.tenant_id)
-        self.state.outbox[(item.tenant_id, item.delivery_id)] = item
+        if (item.tenant_id, item.device_uid) not in self.state.devices:
+            raise StorageError("A row refers to something that does not exist in this tenant.")
+        self.state.outbox[(item.tenant_id, item.delivery_id)] = _kept(item)
+
+    async def get(self, delivery_id: str) -> OutboxItem | None:
+        return self.state.outbox.get((self.tenant_id, delivery_id))
 
     async def for_subject(self, subject_id: str) -> Sequence[OutboxItem]:
-        found = [
-            i for (t, _), i in self.state.outbox.items() if t == self.tenant_id and i.subject_id == subject_id
+        return [i for i in self._mine() if i.subject_id == subject_id]
+
+    async def claim(self, now: datetime, until: datetime, limit: int) -> Sequence[OutboxItem]:
+        due = [
+            i
+            for i in self._mine()
+            if i.status is OutboxStatus.QUEUED
+            and i.not_before <= now
+            and (i.claimed_until is None or i.claimed_until <= now)
         ]
-        return sorted(found, key=lambda i: i.created_at)
+        due.sort(key=lambda i: (i.not_before, i.created_at, i.delivery_id))
+        claimed = [replace(i, claimed_until=until) for i in due[:limit]]
+        for item in claimed:
+            self.state.outbox[(self.tenant_id, item.delivery_id)] = item
+        return claimed
+
+    async def save(self, item: OutboxItem) -> None:
+        key = (self.tenant_id, item.delivery_id)
+        if key in self.state.outbox:
+            self.state.outbox[key] = _kept(item)
+
+    async def pushed_since(self, user_id: str, since: datetime) -> int:
+        return sum(
+            1
+            for i in self._mine()
+            if i.user_id == user_id and i.status in _PUSHED and i.pushed_at and i.pushed_at >= since
+        )
+
+    async def last_pushed(self, device_uid: str) -> datetime | None:
+        times = [
+            i.pushed_at
+            for i in self._mine()
+            if i.device_uid == device_uid and i.pushed_at is not None and i.status in _PUSHED
+        ]
+        return max(times, default=None)
+
+    async def next_due(self) -> datetime | None:
+        times = [
+            max(i.not_before, i.claimed_until) if i.claimed_until else i.not_before
+            for i in self._mine()
+            if i.status is OutboxStatus.QUEUED
+        ]
+        return min(times, default=None)
+
+
+def _kept(item: OutboxItem) -> OutboxItem:
+    """What the store keeps: a finished row loses a notice's payload, as the SQL store's does."""
+    if item.status is OutboxStatus.QUEUED:
+        return item
+    return replace(item, data={}, title=None, body=None)
 
 
 class _Approvals(_Repo):

@@ -27,6 +27,7 @@ class SyncConnection:
 
     def __init__(self, conn: Connection) -> None:
         self._conn = conn
+        self.dialect = conn.dialect
 
     async def execute(self, statement: Executable, parameters: Any = None) -> Result[Any]:
         return self._conn.execute(statement, parameters)

@@ -270,17 +270,24 @@ push_outbox = Table(
     Column("delivery_id", String(40), primary_key=True),
     Column("device_uid", String(16), nullable=False),
     Column("event", String(40), nullable=False),
-    Column("subject_id", String(64), nullable=False),  # the invocation or approval it announces
-    Column("status", String(16), nullable=False),  # queued, sent, skipped, failed
+    Column("subject_id", String(64), nullable=False),  # the invocation, approval or notice it announces
+    Column("status", String(16), nullable=False),  # queued, sent, skipped, coalesced, capped, failed
     Column("attempts", Integer, nullable=False),
     Column("not_before", UtcDateTime, nullable=False),
     Column("claimed_until", UtcDateTime),
     Column("created_at", UtcDateTime, nullable=False),
     Column("finished_at", UtcDateTime),
+    Column("user_id", String(40), nullable=False),  # the device's person: the push caps count per user
+    Column("pushed_at", UtcDateTime),  # when the attempt in flight (or the one sent) went out
+    # A notice's ids and flags, and its words where notice_text is on; emptied once the row is finished.
+    Column("payload", Text),
+    Column("last_error", String(200)),
     ForeignKeyConstraint(
         ["tenant_id", "device_uid"], ["devices.tenant_id", "devices.device_uid"], ondelete="CASCADE"
     ),
     Index("push_outbox_due", "status", "not_before"),
+    Index("push_outbox_user_pushed", "tenant_id", "user_id", "pushed_at"),
+    Index("push_outbox_device_pushed", "tenant_id", "device_uid", "pushed_at"),
 )
 
 approvals = Table(
