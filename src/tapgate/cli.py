@@ -377,7 +377,7 @@ def bench(
 
     from tapgate.bench import report, rows
     from tapgate.bench.runner import DEFAULT_POSTGRES_ADMIN, Options, run
-    from tapgate.bench.scenarios import FULL, QUICK, SMOKE
+    from tapgate.bench.stage import FULL, QUICK, SMOKE
 
     if quick and smoke:
         typer.echo("Choose one of --quick and --smoke.", err=True)

@@ -21,10 +21,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from tapgate.bench import scenarios, seed
+from tapgate.bench import scenarios, seed, verify
 from tapgate.bench.rows import BY_NAME, Row, Spec, select
-from tapgate.bench.scenarios import Sizes, Stage
 from tapgate.bench.servers import Served, postgres_database, postgres_reachable, sqlite_database, write_config
+from tapgate.bench.stage import Sizes, Stage
 
 DEFAULT_POSTGRES_ADMIN = "postgresql://postgres@127.0.0.1:5432/postgres"
 
@@ -158,7 +158,7 @@ class Bench:
         want = {s.name for s in specs}
         if want & {"verify-raw", "approvals"}:
             self.say("Signature verification in this process: raw, and as tapgate verifies a decision")
-            for row in scenarios.verification(self.sizes.verify_seconds):
+            for row in verify.verification(self.sizes.verify_seconds):
                 if row.spec.name in want:
                     self.keep(row)
         if want & {"roundtrip-ws-floor", "roundtrip-lp-floor", "throughput-floor"}:
