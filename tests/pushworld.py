@@ -134,7 +134,7 @@ async def push_scene(
     """ana with her phone (sms_send and a lamp capability; its pushes go to the relay fake); each push
     sender waits ``sender_seconds`` for a reply."""
     router = push_router(http, fakes, clock or _real_clock(), relays, sender_seconds)
-    async for client in asgi_client(settings, clock, router):
+    async with asgi_client(settings, clock, router) as client:
         world = await World(client, tenant=tenant_name()).start()
         await world.person("ana")
         world.agents["ana"] = await world.agent("ana")

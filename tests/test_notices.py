@@ -237,7 +237,7 @@ async def test_notices_are_refused_past_the_cap_and_while_the_person_has_paused_
 async def test_with_the_device_flags_off_there_is_no_notice_route_and_no_push_worker(
     settings: Settings, fakes: PushFakes, push_http: httpx.AsyncClient, push_clock: FrozenClock
 ) -> None:
-    async for client in asgi_client(settings, push_clock, push_router(push_http, fakes, push_clock)):
+    async with asgi_client(settings, push_clock, push_router(push_http, fakes, push_clock)) as client:
         world = await World(client).start()
         await world.person("ana")
         agent = await world.agent("ana")

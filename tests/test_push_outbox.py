@@ -402,7 +402,7 @@ async def test_a_push_queued_before_the_gateway_stopped_is_sent_once_by_the_next
         tenant = scene.world.tenant
     assert fakes.seen == []
     push_clock.advance(1)
-    async for client in asgi_client(device_settings, push_clock, push_router(push_http, fakes, push_clock)):
+    async with asgi_client(device_settings, push_clock, push_router(push_http, fakes, push_clock)) as client:
         gateway = client.app.state.gateway  # type: ignore[attr-defined]
         await gateway.send_pushes()
         await gateway.send_pushes()

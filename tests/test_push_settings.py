@@ -105,7 +105,7 @@ async def test_the_gateway_sends_through_the_senders_its_settings_name(
     tmp_path: Path, sqlite_url: str, fakes: PushFakes, push_clock: FrozenClock
 ) -> None:
     settings = load_settings(str(_push_settings(tmp_path, sqlite_url, fakes)))
-    async for client in asgi_client(settings, push_clock):  # no injected sender: bootstrap builds them
+    async with asgi_client(settings, push_clock) as client:  # no injected sender: bootstrap builds them
         world = await World(client).start()
         await world.person("ana")
         agent = bearer(await world.agent("ana"))
