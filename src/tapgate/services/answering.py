@@ -7,6 +7,7 @@ import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from tapgate import faults
 from tapgate.domain.audit import AuditRecord
 from tapgate.domain.errors import Conflict, Gone, NotFound
 from tapgate.domain.events import INVOCATION_LATE_REPORT
@@ -92,6 +93,7 @@ async def answer(
                 current = await uow.invocations.get(invocation_id)  # the answer that won the race
                 raise AlreadyAnswered(current or invocation)
             await announce(uow, answered, "invocation.answered", caller.principal.actor, now)
+    faults.crash_point("answer.after_commit")
     if late:
         raise Gone("This invocation expired before the answer came; it is kept as a late report.")
     return Answered(invocation_id, status)
