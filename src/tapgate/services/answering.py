@@ -75,7 +75,11 @@ async def answer(
     late = False
     async with ctx.store.unit_of_work(caller.principal.tenant_id) as uow:
         invocation = await uow.invocations.get(invocation_id)
-        if invocation is None or invocation.device_uid != caller.device.device_uid:
+        if (
+            invocation is None
+            or invocation.device_uid != caller.device.device_uid
+            or invocation.status is Status.AWAITING_APPROVAL  # not handed to the device until approved
+        ):
             raise NotFound(f"This device has no invocation {invocation_id!r}.")
         if invocation.due(now):
             expired = invocation.expired(now)
