@@ -296,6 +296,19 @@ async def test_a_decision_body_that_repeats_a_key_is_refused(home: Home) -> None
     assert await home.inbox() == [approval]
 
 
+async def test_a_decision_body_nested_deeper_than_the_parser_goes_is_400_not_500(home: Home) -> None:
+    await home.ask()
+    [approval] = await home.inbox()
+    r = await home.client.post(
+        f"/v1/approvals/{approval['id']}",
+        content=b'{"a":' * 3000 + b"1" + b"}" * 3000,
+        headers=bearer(home.tokens["user"]) | {"content-type": "application/json"},
+    )
+    assert r.status_code == 400
+    assert r.json()["error"]["code"] == "malformed"
+    assert len(await home.inbox()) == 1  # still pending
+
+
 async def test_a_user_may_decide_without_a_phone_only_where_signatures_are_not_required(home: Home) -> None:
     await home.ask()
     [approval] = await home.inbox()
