@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 BENCH_STAMP := $(VENV)/.installed-bench
 
-.PHONY: demo test serve lint typecheck layers unit bench clean
+.PHONY: demo test serve lint typecheck layers unit reliability bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -38,6 +38,17 @@ $(BENCH_STAMP): pyproject.toml $(STAMP)
 # BENCH_ARGS: --quick, --only NAME, --no-postgres, --postgres-admin URL (see `tapgate bench --help`).
 bench: $(BENCH_STAMP)
 	$(BIN)/tapgate bench $(BENCH_ARGS)
+
+# The reliability families at their full counts (make test runs a fast slice of each); the figures go to
+# reliability.log for docs/reliability.md.
+RELIABILITY_TESTS := tests/test_crash_matrix.py tests/test_simulation.py tests/test_races.py \
+	tests/test_authorization_matrix.py tests/test_postgres_tenancy.py tests/test_fuzz_api.py \
+	tests/test_fuzz_domain.py tests/test_log_hygiene.py tests/test_secret_scan.py tests/test_ingest.py
+
+reliability: $(STAMP)
+	rm -f reliability.log
+	TAPGATE_RELIABILITY=full TAPGATE_RELIABILITY_LOG=$(CURDIR)/reliability.log \
+		$(BIN)/pytest -q -s $(RELIABILITY_TESTS) $(PYTEST_ARGS)
 
 serve: $(STAMP)
 	test -f tapgate.toml || $(BIN)/tapgate init

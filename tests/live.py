@@ -43,6 +43,7 @@ class Server:
     port: int = field(default_factory=free_port)
     process: subprocess.Popen[str] | None = None
     log: Path | None = None
+    env: dict[str, str] = field(default_factory=dict)  # added to the environment of the next start
 
     @property
     def url(self) -> str:
@@ -65,7 +66,7 @@ class Server:
                 stdout=subprocess.DEVNULL,
                 stderr=out,
                 text=True,
-                env=os.environ | {"PYTHONUNBUFFERED": "1"},
+                env=os.environ | {"PYTHONUNBUFFERED": "1"} | self.env,
             )
         deadline = time.monotonic() + READY_SECONDS
         with httpx.Client(base_url=self.url, timeout=2) as client:

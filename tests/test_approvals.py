@@ -221,6 +221,24 @@ async def test_a_refused_signature_is_403_journalled_and_leaves_the_approval_pen
     assert good.status_code == 200  # the pending approval still takes the real signature
 
 
+async def test_the_device_cannot_answer_a_call_the_person_has_not_approved_yet(home: Home) -> None:
+    view = await home.ask()
+    assert view["status"] == "awaiting_approval"
+    r = await home.client.post(
+        f"/v1/device/invocations/{view['id']}/result",
+        json={"status": "done"},
+        headers=bearer(home.tokens["door"]),
+    )
+    assert r.status_code == 404  # never handed to the device: the same answer as an unknown id
+    assert (await home.view(view["id"]))["status"] == "awaiting_approval"
+    [approval] = await home.inbox()
+    r = await home.decide(
+        approval["id"], device_id="ana-phone", decision="approved", signature=home.sign(approval, "approved")
+    )
+    assert r.status_code == 200, r.text
+    assert (await home.view(view["id"]))["status"] == "pending"
+
+
 async def test_a_revoked_device_cannot_sign(home: Home) -> None:
     await home.ask()
     [approval] = await home.inbox()
@@ -276,6 +294,19 @@ async def test_a_decision_body_that_repeats_a_key_is_refused(home: Home) -> None
     assert r.status_code == 400
     assert "repeats the key 'decision'" in r.json()["error"]["message"]
     assert await home.inbox() == [approval]
+
+
+async def test_a_decision_body_nested_deeper_than_the_parser_goes_is_400_not_500(home: Home) -> None:
+    await home.ask()
+    [approval] = await home.inbox()
+    r = await home.client.post(
+        f"/v1/approvals/{approval['id']}",
+        content=b'{"a":' * 3000 + b"1" + b"}" * 3000,
+        headers=bearer(home.tokens["user"]) | {"content-type": "application/json"},
+    )
+    assert r.status_code == 400
+    assert r.json()["error"]["code"] == "malformed"
+    assert len(await home.inbox()) == 1  # still pending
 
 
 async def test_a_user_may_decide_without_a_phone_only_where_signatures_are_not_required(home: Home) -> None:

@@ -15,7 +15,7 @@ from typing import Any
 
 import asyncpg
 import pytest
-from sqlalchemy import BigInteger, String, text
+from sqlalchemy import BigInteger, ForeignKeyConstraint, String, text
 
 from tapgate.adapters.clock import FrozenClock
 from tapgate.adapters.store.sql import open_sql_store
@@ -368,3 +368,47 @@ async def test_the_tenant_list_function_shows_every_tenant_to_the_app_role_and_n
         assert {seeded.a, seeded.b} <= set(await store.tenant_ids())
     finally:
         await store.close()
+
+
+FOREIGN_KEYS = [
+    pytest.param(table.name, fk.name or "", id=f"{table.name}.{'+'.join(fk.column_keys)}")
+    for table in metadata.sorted_tables
+    for fk in sorted(table.foreign_key_constraints, key=lambda f: f.column_keys)
+    if "tenant_id" in fk.referred_table.c and set(fk.column_keys) != {"tenant_id"}
+]
+
+
+def _foreign_key(table: str, name: str) -> ForeignKeyConstraint:
+    return next(fk for fk in metadata.tables[table].foreign_key_constraints if (fk.name or "") == name)
+
+
+@pytest.mark.parametrize(("table", "name"), FOREIGN_KEYS)
+def test_every_key_that_points_at_a_tenant_table_carries_the_tenant(table: str, name: str) -> None:
+    fk = _foreign_key(table, name)
+    pairs = {e.parent.name: e.column.name for e in fk.elements}
+    assert pairs.get("tenant_id") == "tenant_id", f"{table}: {pairs} lets a row point into another tenant"
+
+
+@pytest.mark.parametrize(("table", "name"), FOREIGN_KEYS)
+async def test_a_row_cannot_reference_a_row_of_another_tenant_through_any_foreign_key(
+    conn: asyncpg.Connection, seeded: TwoTenants, table: str, name: str
+) -> None:
+    fk = _foreign_key(table, name)
+    pairs = [(e.parent.name, e.column.name) for e in fk.elements if e.parent.name != "tenant_id"]
+    parent = fk.referred_table.name
+    referred = ", ".join(p for _, p in pairs)
+    async with tenant_transaction(conn, seeded.a):
+        own = {tuple(r) for r in await conn.fetch(f"SELECT {referred} FROM {parent}")}
+    async with tenant_transaction(conn, seeded.b):
+        others = [r for r in await conn.fetch(f"SELECT {referred} FROM {parent}") if tuple(r) not in own]
+    assert others, f"no {parent} row of the other tenant that this tenant lacks"
+    theirs = others[0]
+    async with tenant_transaction(conn, seeded.a):
+        mine = await conn.fetchrow(f"SELECT * FROM {table} LIMIT 1")
+        assert mine is not None, f"no {table} row seeded"
+        row = _with_fresh_key(table, dict(mine))
+        for child, referred in pairs:
+            row[child] = theirs[referred]
+        with pytest.raises(asyncpg.ForeignKeyViolationError):
+            async with conn.transaction():
+                await _insert(conn, table, row)

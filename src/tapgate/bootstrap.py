@@ -198,9 +198,13 @@ def build_app(
 
 def app_from_environment() -> FastAPI:
     """The uvicorn factory used by ``tapgate serve``: settings from TAPGATE_CONFIG and TAPGATE_*."""
+    import os
+
+    from tapgate import faults
     from tapgate.config import load_settings
     from tapgate.logs import configure_logging
 
     settings = load_settings()
     configure_logging(settings.log_level)
+    faults.arm_from(os.environ)
     return build_app(settings)

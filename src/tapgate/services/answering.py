@@ -7,6 +7,7 @@ import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from tapgate import faults
 from tapgate.domain.audit import AuditRecord
 from tapgate.domain.errors import Conflict, Gone, NotFound
 from tapgate.domain.events import INVOCATION_LATE_REPORT
@@ -74,7 +75,11 @@ async def answer(
     late = False
     async with ctx.store.unit_of_work(caller.principal.tenant_id) as uow:
         invocation = await uow.invocations.get(invocation_id)
-        if invocation is None or invocation.device_uid != caller.device.device_uid:
+        if (
+            invocation is None
+            or invocation.device_uid != caller.device.device_uid
+            or invocation.status is Status.AWAITING_APPROVAL  # not handed to the device until approved
+        ):
             raise NotFound(f"This device has no invocation {invocation_id!r}.")
         if invocation.due(now):
             expired = invocation.expired(now)
@@ -92,6 +97,7 @@ async def answer(
                 current = await uow.invocations.get(invocation_id)  # the answer that won the race
                 raise AlreadyAnswered(current or invocation)
             await announce(uow, answered, "invocation.answered", caller.principal.actor, now)
+    faults.crash_point("answer.after_commit")
     if late:
         raise Gone("This invocation expired before the answer came; it is kept as a late report.")
     return Answered(invocation_id, status)

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
+from tapgate import faults
 from tapgate.domain.approvals import Decision, SignatureRefused, signed_text, verify_decision
 from tapgate.domain.audit import AuditRecord
 from tapgate.domain.devices import Device, DeviceStatus
@@ -159,6 +160,7 @@ async def _check_decider(
         approval.sign.expires_at,
     )
     verify_decision(device.alg, device.public_key, payload, body.signature)
+    faults.crash_point("approval.verify")
     return f"device:{device.device_id}", device.device_id
 
 

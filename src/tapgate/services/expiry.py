@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import logging
 
+from tapgate import faults
 from tapgate.services.context import Context
 from tapgate.services.invoking import expire
 
@@ -27,6 +28,7 @@ async def sweep(ctx: Context) -> int:
                 due = await uow.invocations.due(now, BATCH)
             for invocation in due:
                 await expire(ctx, invocation, now)
+                faults.crash_point("expiry.sweep")
             count += len(due)
             if len(due) < BATCH:
                 break

@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
+from tapgate import faults
 from tapgate.domain import phone_action
 from tapgate.domain.approvals import action_sha256, new_sign_block
 from tapgate.domain.audit import AuditRecord
@@ -170,6 +171,7 @@ async def invoke(ctx: Context, caller: Principal, call: Call, wait: float = 0) -
                 except _Refusal as refusal:
                     await _journal_refusal(uow, caller, call, invocation_id, refusal, now)
                     return View(invocation_id, call.tool, refusal.status, now, now, reason=refusal.reason)
+                faults.crash_point("invoke.before_commit")
     except Conflict:
         if call.invocation_id is None:
             raise
@@ -179,6 +181,7 @@ async def invoke(ctx: Context, caller: Principal, call: Call, wait: float = 0) -
         if existing is None:
             raise
         delivered = _replayed(existing, caller, digest)
+    faults.crash_point("invoke.after_commit")
     return await result(ctx, caller, delivered.invocation_id, wait) if wait > 0 else view(delivered)
 
 
@@ -473,6 +476,7 @@ async def result(ctx: Context, caller: Principal, invocation_id: str, wait: floa
             if left <= 0:
                 return view(invocation)
             until_due = (invocation.expires_at - now).total_seconds()
+            faults.crash_point("result.waiting")
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(answered.wait(), timeout=wait_slice(ctx, min(left, until_due)) + 0.001)
 

@@ -67,7 +67,7 @@ def _no_repeats(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 async def decide(approval_id: str, request: Request, caller: AnyCaller, gw: GatewayDep) -> DecisionAnswer:
     try:
         raw = json.loads(await request.body(), object_pairs_hook=_no_repeats)
-    except ValueError as e:
+    except (ValueError, RecursionError) as e:  # RecursionError: nested deeper than the parser goes
         if isinstance(e, MalformedRequest):
             raise
         raise MalformedRequest("The body is not valid JSON; send a JSON object.") from e

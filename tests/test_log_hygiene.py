@@ -1,0 +1,122 @@
+"""Log hygiene (G11): a run with a canary in every body, argument, recipient and message; every sink is
+scanned (process log lines, the audit journal, events, push outbox rows) and the canary appears only in
+the one content event, ``ingest.message``."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from tapgate.config import Settings
+from tapgate.logs import JsonFormatter
+from tests.conftest import asgi_client
+from tests.reliability import report
+from tests.world import World, bearer, device_body
+
+CANARY = "zq7canary"
+NUMBER = "+15557391234"  # a recipient is a canary too
+NOTE = {
+    "name": "show_note",
+    "kind": "actuator",
+    "description": "Show a note on the screen.",
+    "params": {"text": {"type": "string", "required": True}},
+    "confirm": False,
+}
+ASK = NOTE | {"name": "ask_note", "confirm": True}
+
+
+async def test_a_canary_in_every_text_reaches_no_sink_but_the_content_event(
+    sqlite_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    settings = Settings(database_url=sqlite_url, device_channel_enabled=True, device_sms_enabled=True)
+    async with asgi_client(settings) as client:
+        world = await World(client).start()
+        await world.person("ana")
+        agent = bearer(await world.agent("ana"))
+        caps = [NOTE, ASK, {"name": "sms_send"}]
+        phone = bearer(
+            await world.enrol(
+                "ana", device_body("ana-phone", caps, grants=["show_note", "ask_note", "sms_send"])
+            )
+        )
+        user = bearer(await world.token("ana", "user"))
+        calls = [
+            ("device__ana_phone__sms_send", {"to": NUMBER, "body": f"meet at 6 {CANARY}"}),
+            ("device__ana_phone__show_note", {"text": f"note {CANARY}"}),
+        ]
+        for tool, arguments in calls:
+            r = await client.post(
+                "/v1/invocations", json={"tool": tool, "arguments": arguments}, headers=agent
+            )
+            assert r.status_code == 200 and r.json()["status"] == "pending", r.text
+            r = await client.post(
+                f"/v1/device/invocations/{r.json()['id']}/result",
+                json={"status": "done", "message": f"sent {CANARY}"},
+                headers=phone,
+            )
+            assert r.status_code == 200
+        # A refused call (bad argument) and an approval denied with the person's words.
+        await client.post(
+            "/v1/invocations",
+            json={"tool": "device__ana_phone__show_note", "arguments": {"text": 7, "extra": CANARY}},
+            headers=agent,
+        )
+        r = await client.post(
+            "/v1/invocations",
+            json={"tool": "device__ana_phone__ask_note", "arguments": {"text": f"ask {CANARY}"}},
+            headers=agent,
+        )
+        [approval] = (await client.get("/v1/inbox", headers=user)).json()["approvals"]
+        r = await client.post(
+            f"/v1/approvals/{approval['id']}",
+            json={"decision": "denied", "message": f"no {CANARY}"},
+            headers=user,
+        )
+        assert r.status_code == 200, r.text
+        r = await client.post(
+            "/v1/device/ingest",
+            json={
+                "channel": "sms",
+                "sender": NUMBER,
+                "body": f"hi {CANARY}",
+                "received_at": "2026-01-01T08:00:00Z",
+            },
+            headers=phone,
+        )
+        assert r.status_code == 202
+        journal = (await client.get("/v1/audit?limit=1000", headers=bearer(world.operator))).text
+    lines = [JsonFormatter().format(record) for record in caplog.records]
+    rows = _rows(Path(sqlite_url.removeprefix("sqlite:///")))
+    events = [r for r in rows if r.startswith("events ")]
+    content = [e for e in events if '"ingest.message"' in e or "'ingest.message'" in e]
+    hits = {
+        "log lines": [line for line in lines if CANARY in line or NUMBER in line],
+        "audit journal": [CANARY] if CANARY in journal or NUMBER in journal else [],
+        "events other than ingest.message": [
+            e for e in events if e not in content and (CANARY in e or NUMBER in e)
+        ],
+        "push outbox": [r for r in rows if r.startswith("push_outbox ") and (CANARY in r or NUMBER in r)],
+        "audit rows": [r for r in rows if r.startswith("audit_") and (CANARY in r or NUMBER in r)],
+    }
+    assert len(content) == 1 and CANARY in content[0]  # the one place the body lives
+    assert any(
+        CANARY in line for line in rows if line.startswith("invocations ")
+    )  # the canary was really sent
+    report("log hygiene", sinks=len(hits), log_lines=len(lines), canary_hits=sum(map(len, hits.values())))
+    assert not any(hits.values()), hits
+
+
+def _rows(path: Path) -> list[str]:
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        tables = [r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+        return [
+            f"{t} {json.dumps(list(map(str, row)))}"
+            for t in tables
+            for row in db.execute(f"SELECT * FROM {t}")
+        ]
