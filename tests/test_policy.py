@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 import yaml
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tapgate.domain.errors import ConfigurationError
@@ -542,6 +542,7 @@ def policy_file(rule_list: list[dict[str, str]], profile: dict[str, str] | None 
     return parse_policies(yaml.safe_dump({"version": 1, "profile": profile or {}, "policies": named}))
 
 
+@settings(deadline=None)  # each example parses a policies file twice; a loaded CI box takes over 200 ms
 @given(st.lists(rules, max_size=6), rules, st.integers(min_value=0), profiles, requests)
 def test_adding_a_rule_never_makes_a_decision_less_strict(
     rule_list: list[dict[str, str]],
