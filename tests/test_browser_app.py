@@ -325,6 +325,26 @@ async def test_a_device_removed_from_the_gateway_goes_back_to_the_pairing_screen
     assert await phone.page.evaluate("import('/app/store.js').then((s) => s.loadDevice())") is None
 
 
+async def test_a_new_pairing_link_can_be_kept_away_or_replace_the_device_this_browser_holds(
+    phone: Phone, home: Home
+) -> None:
+    from playwright.async_api import expect
+
+    page = phone.page
+    first = await home.start_pairing()
+    await page.goto(first["url"])
+    await expect(page.locator("#notice")).to_contain_text("This browser is paired as Ana's phone")
+    await page.get_by_role("button", name="Keep the current pairing").click()
+    await expect(page.locator("#screen-home")).to_be_visible()
+    await expect(page.locator("#link-state")).to_have_attribute("data-state", "live")
+
+    phone.device_id = "ana-tablet"
+    await pair(phone)
+    held = await page.evaluate("import('/app/store.js').then((s) => s.loadDevice()).then((d) => d.device_id)")
+    assert held == "ana-tablet"
+    assert (await home.device("ana-tablet"))["status"] == "active"
+
+
 # -- invocations ---------------------------------------------------------------------------------------------
 
 
@@ -496,6 +516,30 @@ async def test_sms_send_opens_the_prefilled_draft_and_the_person_says_whether_it
     await card.get_by_role("button", name=button, exact=True).click()
     view = await home.view(call["id"], wait=10)
     assert view["status"] == status
+
+
+async def test_an_untrusted_sms_send_is_signed_first_and_its_card_repeats_the_binding_code(
+    phone: Phone, home: Home
+) -> None:
+    from playwright.async_api import expect
+
+    call = await home.invoke(
+        "device__ana_phone__sms_send", {"to": "+15551234567", "body": "Yes, 7pm works"}, origin="untrusted"
+    )
+    assert call["status"] == "awaiting_approval"
+    code = call["binding_code"]
+    approval = phone.page.locator("article.approval", has_text=code)
+    await expect(approval).to_be_visible(timeout=WAIT_MS)
+    await expect(approval.locator(".fields")).to_contain_text("Yes, 7pm works")
+    await approval.locator(".confirm").click()
+    card = phone.page.locator("article.card[data-capability='sms_send']", has_text="Yes, 7pm works")
+    await expect(card).to_be_visible(timeout=WAIT_MS)
+    await expect(card.locator(".binding-code")).to_have_text(code)
+    await card.get_by_role("button", name="Open in Messages").click()
+    await card.get_by_role("button", name="Sent", exact=True).click()
+    view = await home.view(call["id"], wait=10)
+    assert view["status"] == "done"
+    assert view["binding_code"] == code
 
 
 async def test_a_custom_capability_is_answered_by_the_persons_confirm_and_decline(

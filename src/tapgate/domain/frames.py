@@ -2,7 +2,8 @@
 
 Device → server: ``device:auth`` {deviceId, token}; ``device:result`` {callId, status, message?} (the
 ``ok: true|false`` with ``result``/``error`` form is read as done/failed); ``device:event`` {capability,
-data}. Server → device: ``device:invoke``, ``device:revoked``. Anything else is dropped.
+data}. Server → device: ``device:invoke`` (with the call's ``binding_code`` when it was approved first, so
+the card repeats the code the agent sees), ``device:revoked``. Anything else is dropped.
 """
 
 from __future__ import annotations

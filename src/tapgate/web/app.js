@@ -131,12 +131,14 @@ function defaults() {
 
 function showPairForm() {
   const initial = defaults();
+  $("comparison-code").textContent = ""; // never show an earlier pairing's code
+
   $("pair-name").value = initial.name;
   $("pair-id").value = initial.device_id;
   $("pair-kind").value = initial.kind;
-  if (device && device.status === "active") {
-    notify(`This browser is paired as ${device.name}. Pairing again replaces it on this browser.`);
-  }
+  const paired = Boolean(device && device.status === "active");
+  if (paired) notify(`This browser is paired as ${device.name}. Pairing again replaces it on this browser.`);
+  $("pair-keep").hidden = !paired;
   show("pair");
   $("pair-name").focus();
 }
@@ -233,7 +235,7 @@ async function onPair(event) {
     notify("");
     showComparison();
   } catch (error) {
-    pairError(`This browser could not make a key: ${error && error.message ? error.message : error}`);
+    pairError(`Pairing failed in this browser: ${error && error.message ? error.message : error}`);
   } finally {
     button.disabled = false;
     button.textContent = "Pair this phone";
@@ -692,6 +694,16 @@ async function decide(approval, entry, decision, notMe) {
 // -- wiring ------------------------------------------------------------------------------------------------------
 
 $("pair-form").addEventListener("submit", onPair);
+$("pair-keep").addEventListener("click", () => {
+  pairing = null;
+  if (!device || device.status !== "active") return;
+  if (link) {
+    notify("");
+    show("home");
+  } else {
+    startHome();
+  }
+});
 $("compare-cancel").addEventListener("click", () => leave("Pairing cancelled."));
 $("forget").addEventListener("click", (event) => {
   const button = event.currentTarget;
