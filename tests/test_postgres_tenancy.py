@@ -371,15 +371,18 @@ async def test_the_tenant_list_function_shows_every_tenant_to_the_app_role_and_n
 
 
 FOREIGN_KEYS = [
-    pytest.param(table.name, fk.name or "", id=f"{table.name}.{'+'.join(fk.column_keys)}")
+    pytest.param(table.name, "+".join(fk.column_keys), id=f"{table.name}.{'+'.join(fk.column_keys)}")
     for table in metadata.sorted_tables
     for fk in sorted(table.foreign_key_constraints, key=lambda f: f.column_keys)
     if "tenant_id" in fk.referred_table.c and set(fk.column_keys) != {"tenant_id"}
 ]
 
 
-def _foreign_key(table: str, name: str) -> ForeignKeyConstraint:
-    return next(fk for fk in metadata.tables[table].foreign_key_constraints if (fk.name or "") == name)
+def _foreign_key(table: str, columns: str) -> ForeignKeyConstraint:
+    """The table's foreign key over exactly these columns (keys are unnamed: the columns name them)."""
+    return next(
+        fk for fk in metadata.tables[table].foreign_key_constraints if "+".join(fk.column_keys) == columns
+    )
 
 
 @pytest.mark.parametrize(("table", "name"), FOREIGN_KEYS)

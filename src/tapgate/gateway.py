@@ -74,7 +74,7 @@ class Gateway:
         """``push`` sends the outbox's rows; with the device channel off no worker runs (gate G12)."""
         self.ctx = Context(store, clock, wake, limits or Limits(), policies or PolicySet(), device_channel)
         self.public_url = public_url
-        self._auth = AuthCache()
+        self._auth = AuthCache(lambda: clock.now().timestamp())
         wake.listen(self._auth.on_notify)
         self._background = list(background)
         self._sweeper = Sweeper(self.ctx, sweep_seconds)

@@ -9,8 +9,8 @@ request (gate G7), as it does without the cache.
 
 from __future__ import annotations
 
-import time
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from tapgate.domain.principals import Principal
@@ -28,7 +28,17 @@ class _Entry:
 
 
 class AuthCache:
-    def __init__(self, ttl: float = 30.0, touch_every: float = 30.0, max_entries: int = 50_000) -> None:
+    """``now`` gives seconds on the gateway's clock, so tests and simulations that move the clock move
+    the cache with it."""
+
+    def __init__(
+        self,
+        now: Callable[[], float],
+        ttl: float = 30.0,
+        touch_every: float = 30.0,
+        max_entries: int = 50_000,
+    ) -> None:
+        self._now = now
         self.ttl = ttl
         self.touch_every = touch_every
         self.max_entries = max_entries
@@ -41,12 +51,12 @@ class AuthCache:
     def device(self, token: str) -> DeviceCaller | None:
         """The revalidated device, unless its presence is due to be written again."""
         entry = self._fresh(token)
-        if entry is None or entry.device is None or time.monotonic() - entry.touched > self.touch_every:
+        if entry is None or entry.device is None or self._now() - entry.touched > self.touch_every:
             return None
         return entry.device
 
     def keep(self, token: str, principal: Principal, device: DeviceCaller | None = None) -> None:
-        now = time.monotonic()
+        now = self._now()
         old = self._entries.pop(token, None)
         touched = now if device is not None else (old.touched if old else 0.0)
         self._entries[token] = _Entry(principal, device or (old.device if old else None), now, touched)
@@ -68,7 +78,7 @@ class AuthCache:
         entry = self._entries.get(token)
         if entry is None:
             return None
-        if time.monotonic() - entry.stored > self.ttl:
+        if self._now() - entry.stored > self.ttl:
             del self._entries[token]
             return None
         return entry
