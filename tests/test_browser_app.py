@@ -142,8 +142,10 @@ async def home(gateway: Gateway) -> AsyncIterator[Home]:
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def browser(gateway: Gateway) -> AsyncIterator[Browser]:
-    from playwright.async_api import async_playwright
+    from playwright.async_api import async_playwright, expect
 
+    # Every expectation waits up to WAIT_MS: on a busy two-core machine a step can take seconds.
+    expect.set_options(timeout=WAIT_MS)
     async with async_playwright() as playwright:
         launched = await playwright.chromium.launch(
             executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True
