@@ -334,7 +334,9 @@ class Simulation:
         inbox = await self.gateway.inbox(phone)
         if not inbox:
             return
-        approval = self.rng.choice(list(inbox))
+        approval = self.rng.choice(
+            sorted(inbox, key=lambda a: a.invocation_id)
+        )  # ids are random: order by call
         decision = self.rng.choice([Decision.APPROVED, Decision.APPROVED, Decision.DENIED])
         sign = approval.sign
         text = signed_text(
