@@ -508,7 +508,7 @@ def test_ctrl_c_stops_run_cleanly_with_exit_0(person: Person, run_phone: Callabl
     state = person.pair()
     phone = _lamp_phone(run_phone, state)
     phone.process.send_signal(signal.SIGINT)
-    assert phone.wait() == 0
+    assert phone.wait(30) == 0  # a loaded machine may take a while to wind the link down
     phone.expect("Stopped.")
     assert "Traceback" not in phone.stderr()
 

@@ -214,7 +214,10 @@ def pair(
 
 
 def _connect(url: str, headers: Mapping[str, str]) -> AbstractAsyncContextManager[Link]:
-    return websocket_connect(url, additional_headers=dict(headers), compression=None, open_timeout=10)
+    # A closing link waits at most 2 s for the gateway's close frame: Ctrl-C should feel immediate.
+    return websocket_connect(
+        url, additional_headers=dict(headers), compression=None, open_timeout=10, close_timeout=2
+    )
 
 
 @device_app.command()
