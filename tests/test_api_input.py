@@ -137,3 +137,10 @@ async def test_no_body_makes_the_api_fail(
     assert r.status_code in (201, 400, 404, 409, 422), r.text
     if r.status_code >= 400:
         _error(r, r.status_code)
+
+
+async def test_a_number_past_what_the_database_holds_is_422_not_a_crash(
+    api: httpx.AsyncClient, operator: dict[str, str]
+) -> None:
+    r = await api.get(f"/v1/audit?after={2**70}", headers=operator)
+    assert _error(r, 422)["message"].startswith("after")

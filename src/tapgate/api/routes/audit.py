@@ -16,7 +16,8 @@ router = APIRouter(prefix="/v1/audit", tags=["audit"])
 async def read_audit(
     caller: Caller,
     gw: GatewayDep,
-    after: Annotated[int, Query(description="Return entries after this sequence number")] = 0,
+    # Bounded to what a database integer holds: a larger number is a 422, not a driver overflow.
+    after: Annotated[int, Query(le=2**62, description="Return entries after this sequence number")] = 0,
     limit: Annotated[int, Query(description="At most this many entries (1-1000)")] = 100,
 ) -> AuditPage:
     entries = await gw.audit(caller, after, limit)

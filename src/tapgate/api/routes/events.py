@@ -23,8 +23,8 @@ router = APIRouter(tags=["events"])
 async def events(
     caller: Caller,
     gw: GatewayDep,
-    last_event_id: Annotated[int | None, Header(ge=0)] = None,
-    after: Annotated[int, Query(ge=0, description="Start after this event id")] = 0,
+    last_event_id: Annotated[int | None, Header(ge=0, le=2**62)] = None,
+    after: Annotated[int, Query(ge=0, le=2**62, description="Start after this event id")] = 0,
 ) -> StreamingResponse:
     stream = gw.events(caller, last_event_id if last_event_id is not None else after)
 
