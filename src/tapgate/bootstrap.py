@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
@@ -27,26 +28,10 @@ from tapgate.services.context import Limits
 
 
 def limits_from(settings: Settings) -> Limits:
-    return Limits(
-        invocation_timeout_seconds=settings.invocation_timeout_seconds,
-        device_call_timeout_seconds=settings.device_call_timeout_seconds,
-        ingest_daily_cap=settings.ingest_daily_cap,
-        approval_sign_ttl_seconds=settings.approval_sign_ttl_seconds,
-        max_devices_per_user=settings.max_devices_per_user,
-        max_open_confirmations=settings.max_open_confirmations,
-        require_device_signature=settings.require_device_signature,
-        invocation_poll_seconds=settings.invocation_poll_seconds,
-        live_ack_seconds=settings.live_ack_seconds,
-        triage_idle_seconds=settings.triage_idle_seconds,
-        not_me_cooldown_seconds=settings.not_me_cooldown_seconds,
-        push_cap=settings.push_cap,
-        push_window_seconds=settings.push_window_seconds,
-        push_coalesce_seconds=settings.push_coalesce_seconds,
-        push_retry_seconds=tuple(settings.push_retry_seconds),
-        push_lease_seconds=settings.push_lease_seconds,
-        push_sweep_seconds=settings.push_sweep_seconds,
-        notice_text=settings.notice_text,
-    )
+    """Every limit is a setting of the same name: the settings are the one place they are declared."""
+    values = {f.name: getattr(settings, f.name) for f in fields(Limits)}
+    values["push_retry_seconds"] = tuple(values["push_retry_seconds"])
+    return Limits(**values)
 
 
 def load_policies(settings: Settings) -> PolicySet:
