@@ -339,14 +339,34 @@ def apply_grants(declared: Sequence[Declared], grants: object, field: str = "gra
 def redeclare(current: Sequence[Declared], new: Sequence[Declared]) -> list[Declared]:
     """A device's new manifest over its old one.
 
-    Removed capabilities vanish. A kept one keeps the person's grant unless its kind changed (a sensor
-    that became an actuator asks again). An added one starts ungranted. ``granted: true`` in the new
-    manifest is the person's act on the device's own settings screen and grants it.
+    Removed capabilities vanish. A kept one keeps the person's grant unless its kind, ``confirm`` or
+    params changed: a changed capability asks the person again, and ``granted: true`` does not spare it,
+    so a device can never lower its own bar (drop ``confirm``, widen a param) and keep the grant. An
+    added one starts ungranted; ``granted: true`` in the new manifest is the person's act on the device's
+    own settings screen and grants it.
     """
     before = {d.capability.name: d for d in current}
     out = []
     for entry in new:
         old = before.get(entry.capability.name)
-        kept = old is not None and old.granted and old.capability.kind is entry.capability.kind
+        if old is not None and changed(old.capability, entry.capability):
+            out.append(Declared(entry.capability, False))
+            continue
+        kept = old is not None and old.granted
         out.append(Declared(entry.capability, entry.granted or kept))
     return out
+
+
+def changed(old: Capability, new: Capability) -> bool:
+    """Whether a re-declared capability differs in what the person's grant was given for."""
+    return (old.kind, old.confirm, old.params) != (new.kind, new.confirm, new.params)
+
+
+def grants_lost(current: Sequence[Declared], new: Sequence[Declared]) -> list[str]:
+    """The names of granted capabilities that a re-declaration changed, and so lost their grant."""
+    after = {d.capability.name: d.capability for d in new}
+    return sorted(
+        d.capability.name
+        for d in current
+        if d.granted and d.capability.name in after and changed(d.capability, after[d.capability.name])
+    )

@@ -19,6 +19,7 @@ from tapgate.domain.devices import (
     check_device_kind,
     check_device_name,
     check_push,
+    grants_lost,
     parse_manifest,
     redeclare,
 )
@@ -257,6 +258,7 @@ async def redeclare_capabilities(store: Store, clock: Clock, caller: DeviceCalle
                     "added": " ".join(sorted(after - before)),
                     "removed": " ".join(sorted(before - after)),
                     "granted": " ".join(sorted(d.capability.name for d in merged if d.granted)),
+                    "grants_removed": " ".join(grants_lost(device.capabilities, new)),
                 },
             ),
             now,
