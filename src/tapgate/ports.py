@@ -83,7 +83,9 @@ class Devices(Protocol):
 class Pairings(Protocol):
     async def add(self, pairing: Pairing) -> None: ...
 
-    async def get(self, pairing_id: str) -> Pairing | None: ...
+    async def get(self, pairing_id: str, for_update: bool = False) -> Pairing | None:
+        """``for_update`` holds the row until the transaction ends (PostgreSQL's SELECT … FOR UPDATE;
+        SQLite's transactions are serial already), so a claim or a try is counted once."""
 
     async def save(self, pairing: Pairing) -> None: ...
 

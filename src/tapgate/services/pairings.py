@@ -86,7 +86,7 @@ async def claim_code(store: Store, clock: Clock, body: Mapping[str, Any], max_de
     code = parse_code(str(body.get("code", "")))
     now = clock.now()
     async with store.unit_of_work(code.tenant_id) as uow:
-        pairing = await uow.pairings.get(code.pairing_id)
+        pairing = await uow.pairings.get(code.pairing_id, for_update=True)
         if pairing is None:
             raise NotFound("This pairing code is not valid; ask for a new one.")
         device = new_device(code.tenant_id, pairing.user_id, body, DeviceStatus.PENDING, now)
@@ -116,7 +116,7 @@ async def decide(
     now = clock.now()
     refusal: Exception | None = None
     async with store.unit_of_work(caller.tenant_id) as uow:
-        pairing = await uow.pairings.get(pairing_id)
+        pairing = await uow.pairings.get(pairing_id, for_update=True)
         if pairing is None or not caller.acts_for(pairing.user_id):
             raise NotFound("There is no such pairing.")
         device = await uow.devices.by_uid(pairing.device_uid) if pairing.device_uid else None

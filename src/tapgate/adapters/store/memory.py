@@ -234,7 +234,7 @@ class _Pairings(_Repo):
             raise Conflict("That pairing exists already.")
         self.state.pairings[key] = pairing
 
-    async def get(self, pairing_id: str) -> Pairing | None:
+    async def get(self, pairing_id: str, for_update: bool = False) -> Pairing | None:
         return self.state.pairings.get((self.tenant_id, pairing_id))
 
     async def save(self, pairing: Pairing) -> None:

@@ -428,13 +428,10 @@ class _Pairings(_Repo):
     async def add(self, pairing: Pairing) -> None:
         await self._insert(t.pairings, self._row(pairing), "That pairing exists already.")
 
-    async def get(self, pairing_id: str) -> Pairing | None:
+    async def get(self, pairing_id: str, for_update: bool = False) -> Pairing | None:
         c = t.pairings.c
-        r = (
-            await self.conn.execute(
-                select(t.pairings).where(c.tenant_id == self.tenant_id, c.pairing_id == pairing_id)
-            )
-        ).first()
+        query = select(t.pairings).where(c.tenant_id == self.tenant_id, c.pairing_id == pairing_id)
+        r = (await self.conn.execute(query.with_for_update() if for_update else query)).first()
         if r is None:
             return None
         return Pairing(
