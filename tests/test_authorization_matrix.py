@@ -193,7 +193,8 @@ class Matrix:
     async def approval(self) -> dict[str, Any]:
         await self.invocation("device__front_door__unlock_door")
         r = await self.client.get("/v1/inbox", headers=bearer(self.tokens["user"]))
-        return dict(r.json()["approvals"][-1])  # oldest first: the newest is the one just asked
+        asked = [a for a in r.json()["approvals"] if a["kind"] == "unlock_door"]  # not a device_pair
+        return dict(asked[-1])  # oldest first: the newest is the one just asked
 
     async def claimed_pairing(self) -> tuple[str, str]:
         code = (await self.post("operator", "/v1/users/ana/pairings", {})).json()["code"]
@@ -228,7 +229,9 @@ class Matrix:
         elif template.endswith("/consent"):
             pairing_id, comparison = await self.claimed_pairing()
             path = path.replace("{pairing_id}", pairing_id)
-            body = {"comparison_code": comparison, "approved": True, "grants": []}
+            # ana has devices: only the operator says yes here; a user's yes is a device's to sign (§15).
+            approved = caller.kind == "operator"
+            body = {"comparison_code": comparison, "approved": approved, "grants": []}
         elif template == "/v1/sessions/{session_id}":
             body = {"kind": "chat", "attended": True}
         elif template.endswith("/messages"):

@@ -236,7 +236,14 @@ class Gateway:
     ) -> Device:
         caller.require(TokenKind.OPERATOR, TokenKind.USER, scope=Scope.DEVICE_WRITE)
         return await pairings.decide(
-            self.store, self.clock, caller, pairing_id, comparison_code, approved, grants
+            self.store,
+            self.clock,
+            caller,
+            pairing_id,
+            comparison_code,
+            approved,
+            grants,
+            self.limits.require_device_signature,
         )
 
     # sessions and tools

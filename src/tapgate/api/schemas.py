@@ -267,6 +267,11 @@ class ApprovalView(BaseModel):
     binding_code: str
     created_at: str
     expires_at: str
+    tool: str = Field(
+        description="The planned action's tool; with subject (device), kind (capability), arguments and "
+        "the preview it is what sign.action_sha256 hashes"
+    )
+    arguments: dict[str, Any] = Field(description="The planned action's exact arguments")
 
 
 class Inbox(BaseModel):

@@ -37,7 +37,7 @@ class Approval:
     approval_id: str
     user_id: str
     agent_id: str
-    invocation_id: str
+    invocation_id: str | None  # None for an approval no agent's call waits on (a device_pair)
     kind: str  # the capability
     subject: str  # the device id
     prompt: str
@@ -49,6 +49,8 @@ class Approval:
     expires_at: datetime
     decided_at: datetime | None = None
     decided_by: str | None = None
+    tool: str = ""  # with kind, subject, arguments and the preview: the planned action a phone re-hashes
+    arguments: Mapping[str, Any] | None = None
 
     def decided(self, status: ApprovalStatus, by: str, now: datetime) -> Approval:
         if self.status is not ApprovalStatus.PENDING:

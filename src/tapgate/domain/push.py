@@ -19,12 +19,14 @@ from tapgate.domain.events import APPROVAL_REQUESTED
 PushValue = str | int | float | bool | None
 
 INVOCATION_PENDING = "invocation.pending"
+DEVICE_PAIRED = "device.paired"  # a new device joined the person's account
 GENERIC_TITLE = "tapgate"
 GENERIC_BODY = "Open tapgate: something is waiting for you."
 # What each wake-up says when the person's own words are not shown: generic, never the content.
 GENERIC_BODIES: Mapping[str, str] = {
     INVOCATION_PENDING: "Open tapgate: a request is waiting for your device.",
     APPROVAL_REQUESTED: "Open tapgate: a request is waiting for your answer.",
+    DEVICE_PAIRED: "Open tapgate: a new device was paired with your account.",
     "goal.blocked": "Open tapgate: a goal is waiting for you.",
     "goal.done": "Open tapgate: a goal is done.",
     "memory.proposed": "Open tapgate: something to remember is waiting for your review.",
@@ -112,6 +114,8 @@ class OutboxItem:
             ids = {"invocation_id": self.subject_id}
         elif self.event == APPROVAL_REQUESTED:
             ids = {"approval_id": self.subject_id}
+        elif self.event == DEVICE_PAIRED:
+            ids = {"paired_device_id": self.subject_id}
         else:
             ids = {**self.data, "notice_id": self.subject_id}
         return PushMessage(

@@ -23,9 +23,11 @@ from tapgate.domain.inbox import Approval, ApprovalStatus
 from tapgate.domain.invocations import Invocation, Status
 from tapgate.domain.principals import Principal, Scope, TokenKind
 from tapgate.domain.text import check_display_text
+from tapgate.domain.vouching import DEVICE_PAIR
 from tapgate.ports import UnitOfWork
 from tapgate.services.context import Context, events_key, inbox_key, invocation_key, wait_slice
 from tapgate.services.invoking import announce, deliver, timeout_for
+from tapgate.services.vouched import vouched
 
 MESSAGE_MAX = 500
 
@@ -87,9 +89,13 @@ async def decide(ctx: Context, caller: Principal, approval_id: str, body: Decisi
             raise NotFound(f"There is no approval {approval_id!r}.")
         if approval.status is not ApprovalStatus.PENDING:
             raise Conflict(f"This approval was decided already: {approval.status.value}.")
-        invocation = await uow.invocations.get(approval.invocation_id)
-        assert invocation is not None
-        ended = now >= approval.expires_at or not invocation.status.open
+        if approval.invocation_id is None:
+            invocation = None
+            ended = now >= approval.expires_at
+        else:
+            invocation = await uow.invocations.get(approval.invocation_id)
+            assert invocation is not None
+            ended = now >= approval.expires_at or not invocation.status.open
         if ended and body.signature is None:
             raise Gone("This approval's window has passed; the call it was for has ended.")
         try:
@@ -113,9 +119,12 @@ async def decide(ctx: Context, caller: Principal, approval_id: str, body: Decisi
             )
             refusal = e
         else:
-            approval = await _record(
-                ctx, uow, caller, approval, invocation, body, message, by, device_id, now
-            )
+            if invocation is None:
+                approval = await vouched(uow, caller, approval, body.decision, by, device_id, now)
+            else:
+                approval = await _record(
+                    ctx, uow, caller, approval, invocation, body, message, by, device_id, now
+                )
     if refusal is not None:
         raise refusal
     return approval
@@ -134,6 +143,8 @@ async def _check_decider(
             return "operator (no device signature)", None
         if caller.kind is TokenKind.DEVICE:
             raise Forbidden("A device decides by signing: send the signature of the decision.")
+        if approval.kind == DEVICE_PAIR and body.decision is Decision.APPROVED:
+            raise Forbidden("A new device is let in only by a signature from one of your paired devices.")
         if ctx.limits.require_device_signature or caller.require_device_signature:
             raise Forbidden("This decision needs a signature from one of your devices.")
         return f"user:{caller.user_id} (no device signature)", None

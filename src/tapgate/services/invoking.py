@@ -575,6 +575,8 @@ async def open_approval(
         status=ApprovalStatus.PENDING,
         created_at=now,
         expires_at=now + timedelta(seconds=window),
+        tool=invocation.tool,
+        arguments=invocation.arguments,
     )
     waiting = replace(
         invocation,

@@ -847,6 +847,8 @@ def _approval(r: Any) -> Approval:
         expires_at=r.expires_at,
         decided_at=r.decided_at,
         decided_by=r.decided_by,
+        tool=r.tool or "",
+        arguments=None if r.arguments is None else json.loads(r.arguments),
     )
 
 
@@ -876,6 +878,8 @@ class _Approvals(_Repo):
                 "expires_at": a.expires_at,
                 "decided_at": a.decided_at,
                 "decided_by": a.decided_by,
+                "tool": a.tool or None,
+                "arguments": None if a.arguments is None else json.dumps(dict(a.arguments), sort_keys=True),
             },
         )
 

@@ -297,7 +297,7 @@ approvals = Table(
     Column("approval_id", String(40), primary_key=True),
     Column("user_id", String(40), nullable=False),
     Column("agent_id", String(40), nullable=False),
-    Column("invocation_id", String(64), nullable=False),
+    Column("invocation_id", String(64)),  # none for a device_pair approval
     Column("kind", String(30), nullable=False),
     Column("subject", String(24), nullable=False),
     Column("prompt", Text, nullable=False),
@@ -313,6 +313,8 @@ approvals = Table(
     Column("expires_at", UtcDateTime, nullable=False),
     Column("decided_at", UtcDateTime),
     Column("decided_by", String(80)),
+    Column("tool", String(64)),
+    Column("arguments", Text),  # the planned action's exact arguments, so a phone recomputes its hash
     ForeignKeyConstraint(["tenant_id", "user_id"], ["users.tenant_id", "users.user_id"], ondelete="CASCADE"),
     ForeignKeyConstraint(
         ["tenant_id", "invocation_id"],
