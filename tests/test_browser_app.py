@@ -234,10 +234,15 @@ def artifact(name: str) -> Path:
 
 
 async def pair(
-    phone: Phone, alg: str | None = None, screenshot: str | None = None, link: str = "live"
+    phone: Phone,
+    alg: str | None = None,
+    screenshot: str | None = None,
+    link: str = "live",
+    consent_by: str | None = None,
 ) -> dict[str, str]:
-    """Open the pairing link, pair, read the comparison code off the page and consent with it; return
-    once the app is connected by ``link`` (live: its WebSocket; polling: long-polls)."""
+    """Open the pairing link, pair, read the comparison code off the page and consent with it (ana's user
+    token, or ``consent_by``); return once the app is connected by ``link`` (live: its WebSocket;
+    polling: long-polls)."""
     from playwright.async_api import expect
 
     home, page = phone.home, phone.page
@@ -255,7 +260,7 @@ async def pair(
     r = await home.client.post(
         f"/v1/pairings/{pairing['pairing_id']}/consent",
         json={"comparison_code": code, "approved": True, "grants": ["phone_actions", "sms_send"]},
-        headers=bearer(home.user),
+        headers=bearer(consent_by or home.user),
     )
     assert r.status_code == 200, r.text
     await expect(page.locator("#screen-home")).to_be_visible(timeout=WAIT_MS)
@@ -341,7 +346,7 @@ async def test_a_new_pairing_link_can_be_kept_away_or_replace_the_device_this_br
     await expect(page.locator("#link-state")).to_have_attribute("data-state", "live")
 
     phone.device_id = "ana-tablet"
-    await pair(phone)
+    await pair(phone, consent_by=home.operator)  # ana's phone is still paired: only it or the operator vouch
     held = await page.evaluate("import('/app/store.js').then((s) => s.loadDevice()).then((d) => d.device_id)")
     assert held == "ana-tablet"
     assert (await home.device("ana-tablet"))["status"] == "active"

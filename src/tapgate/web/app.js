@@ -5,7 +5,7 @@ import { details, detectPlatform, humanize, plan } from "./actions.js";
 import { errorMessage, request } from "./api.js";
 import { fromBase64Url, newDeviceKey, publicKeyBase64, signText } from "./keys.js";
 import { DeviceLink } from "./link.js";
-import { signedText } from "./signing.js";
+import { actionSha256, signedText } from "./signing.js";
 import { dropAnswer, forgetDevice, loadDevice, queueAnswer, queuedAnswers, saveDevice } from "./store.js";
 
 const MANIFEST = [{ name: "phone_actions" }, { name: "sms_send" }];
@@ -638,14 +638,15 @@ function addApproval(approval) {
   if (approvalCards.has(approval.id)) return;
   const card = cardFrom("approval-card");
   card.dataset.id = approval.id;
-  card.querySelector(".card-title").textContent = humanize(approval.kind);
+  const title = approval.kind === "device_pair" ? "New device" : humanize(approval.kind);
+  card.querySelector(".card-title").textContent = title;
   card.querySelector(".card-summary").textContent = approval.prompt;
   const preview = approval.preview && Array.isArray(approval.preview.fields) ? approval.preview.fields : [];
   fillFields(card.querySelector(".fields"), preview.map((f) => ({ label: String(f.label), value: String(f.value) })));
   showBinding(card, approval.binding_code);
   const until = clock(approval.expires_at);
   card.querySelector(".card-expiry").textContent = until ? `Answer by ${until}` : "";
-  const entry = { card, title: humanize(approval.kind), added: performance.now(), timer: 0, busy: false };
+  const entry = { card, title, added: performance.now(), timer: 0, busy: false };
   card.querySelector(".confirm").addEventListener("click", () => decide(approval, entry, "approved", false));
   card.querySelector(".decline").addEventListener("click", () => decide(approval, entry, "denied", false));
   card.querySelector(".not-me").addEventListener("click", () => decide(approval, entry, "denied", true));
@@ -664,6 +665,9 @@ async function decide(approval, entry, decision, notMe) {
   try {
     let text;
     try {
+      if ((await actionSha256(approval)) !== approval.sign.action_sha256) {
+        throw new Error("what this card shows is not what the signature would cover");
+      }
       text = signedText(approval, decision);
     } catch (error) {
       cardError(card, `This request cannot be signed safely (${error.message}); it was not answered.`);

@@ -35,3 +35,48 @@ export function signedText(approval, decision) {
     "",
   ].join("\n");
 }
+
+/** Canonical JSON as the server builds it (tapgate.domain.approvals.canonical_json): keys sorted by code
+ * point, no spaces, non-ASCII kept. A number the server wrote in another form (5.0, 1e-07) does not come
+ * out the same, so such an approval is refused here rather than signed unchecked. */
+export function canonicalJson(value) {
+  if (value === null || typeof value === "boolean" || typeof value === "string") return JSON.stringify(value);
+  if (typeof value === "number") {
+    if (!Number.isFinite(value)) throw new Error("a number in the action is not finite");
+    return JSON.stringify(value);
+  }
+  if (Array.isArray(value)) return `[${value.map(canonicalJson).join(",")}]`;
+  if (typeof value === "object") {
+    const keys = Object.keys(value).sort(byCodePoint);
+    return `{${keys.map((key) => `${JSON.stringify(key)}:${canonicalJson(value[key])}`).join(",")}}`;
+  }
+  throw new Error("the action holds something that is not JSON");
+}
+
+function byCodePoint(a, b) {
+  const x = Array.from(a, (c) => c.codePointAt(0));
+  const y = Array.from(b, (c) => c.codePointAt(0));
+  for (let i = 0; i < Math.min(x.length, y.length); i += 1) if (x[i] !== y[i]) return x[i] - y[i];
+  return x.length - y.length;
+}
+
+async function sha256Hex(text) {
+  const digest = await crypto.subtle.digest("SHA-256", new TextEncoder().encode(text));
+  return Array.from(new Uint8Array(digest), (b) => b.toString(16).padStart(2, "0")).join("");
+}
+
+/** The planned action's hash (DESIGN §6), recomputed from what the inbox item shows: its tool, subject
+ * (the device), kind (the capability), exact arguments and preview. */
+export async function actionSha256(approval) {
+  if (!approval.arguments || typeof approval.arguments !== "object" || !approval.preview) {
+    throw new Error("the approval lacks the arguments or the preview its hash covers");
+  }
+  const planned = {
+    tool: String(approval.tool || ""),
+    device: String(approval.subject || ""),
+    capability: String(approval.kind || ""),
+    arguments: approval.arguments,
+    preview_sha256: await sha256Hex(canonicalJson(approval.preview)),
+  };
+  return sha256Hex(canonicalJson(planned));
+}

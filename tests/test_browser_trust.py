@@ -1,0 +1,73 @@
+"""The browser phone app and §15, in headless Chromium against a live gateway: it recomputes each
+approval's action hash from the exact arguments and the preview on its card and refuses to sign when they
+differ, and it shows a ``device_pair`` approval like any other, with the comparison code, so the person's
+signature lets a new device in."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from tests import test_browser_app as app
+from tests.test_browser_app import WAIT_MS, Home, Phone, _door, new_phone, pair
+from tests.world import LAMP, bearer, device_body, new_key
+
+if TYPE_CHECKING:
+    from playwright.async_api import Browser, Route
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+gateway, home, browser, phone = app.gateway, app.home, app.browser, app.phone  # the app tests' fixtures
+
+
+async def test_the_app_refuses_to_sign_a_card_that_is_not_what_the_action_hash_covers(
+    browser: Browser, home: Home
+) -> None:
+    from playwright.async_api import expect
+
+    phone = await new_phone(browser, home)
+
+    async def tamper(route: Route) -> None:
+        response = await route.fetch()
+        body: dict[str, Any] = json.loads(await response.text())
+        for item in body.get("approvals", []):
+            item["preview"]["fields"] = [{"label": "Minutes", "value": "1"}]
+        await route.fulfill(response=response, json=body)
+
+    await phone.page.route(re.compile(r".*/v1/inbox(\?.*)?$"), tamper)
+    await pair(phone)
+    await _door(home)
+    call = await home.invoke("device__front_door__unlock_door", {"minutes": 600})
+    card = phone.card(call["binding_code"])
+    await expect(card).to_be_visible(timeout=WAIT_MS)
+    await card.locator(".confirm").click()
+    await expect(card).to_contain_text("cannot be signed safely", timeout=WAIT_MS)
+    assert (await home.view(call["id"]))["status"] == "awaiting_approval"
+    assert not [e for e in await home.audit() if e["action"] == "approval.decided"]
+    await phone.page.unroute_all(behavior="ignoreErrors")
+    assert phone.problems == []
+    await phone.context.close()
+
+
+async def test_the_app_shows_a_new_device_with_its_comparison_code_and_its_signature_pairs_it(
+    phone: Phone, home: Home
+) -> None:
+    from playwright.async_api import expect
+
+    started = await home.start_pairing()
+    body = {"code": started["code"], **device_body("tablet", [LAMP], key=new_key("ed25519"))}
+    claimed = await home.client.post("/v1/pair", json=body)
+    assert claimed.status_code == 201, claimed.text
+    code = claimed.json()["comparison_code"]
+    card = phone.card(code)
+    await expect(card).to_be_visible(timeout=WAIT_MS)
+    await expect(card.locator(".card-title")).to_have_text("New device")
+    await expect(card.locator(".fields")).to_contain_text("Comparison code")
+    await card.locator(".confirm").click()
+    await expect(card).to_have_count(0, timeout=WAIT_MS)
+    shown = await home.client.get(f"/v1/pairings/{started['pairing_id']}", headers=bearer(home.user))
+    assert shown.json()["status"] == "confirmed"
+    beat = await home.client.post("/v1/device/heartbeat", headers=bearer(claimed.json()["device_token"]))
+    assert beat.status_code == 204
