@@ -10,7 +10,7 @@ import secrets
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 from cryptography.hazmat.primitives import serialization
@@ -20,6 +20,9 @@ from tapgate.device.cli import device_app
 from tapgate.domain.audit import BrokenChain
 from tapgate.domain.errors import ConfigurationError, TapgateError
 from tapgate.domain.principals import Principal, TokenKind
+
+if TYPE_CHECKING:
+    from tapgate.config import Settings
 
 T = TypeVar("T")
 SHUTDOWN_GRACE_SECONDS = 5
@@ -96,7 +99,7 @@ ingest_daily_cap = 500
 approval_sign_ttl_seconds = 3600
 max_devices_per_user = 10
 max_open_confirmations = 5
-require_device_signature = false
+require_device_signature = true              # a user token alone neither approves nor pairs a device
 notice_text = false
 relay_secret = "{secrets.token_urlsafe(32)}"
 
@@ -174,6 +177,20 @@ def migrate(
     )
 
 
+def warn_unsafe_defaults(settings: Settings) -> None:
+    """One warning line at start for each setting that leaves the person's authority to a token alone."""
+    import logging
+
+    from tapgate.logs import configure_logging
+
+    configure_logging(settings.log_level)
+    if not settings.require_device_signature:
+        logging.getLogger("tapgate.serve").warning(
+            "require_device_signature is off: a user token alone can approve requests and pair a person's "
+            "first device; set require_device_signature = true in tapgate.toml"
+        )
+
+
 @app.command()
 def serve(
     config: ConfigOption = None,
@@ -212,6 +229,7 @@ def serve(
         raise fail("The database is not at the latest schema; run 'tapgate migrate' first.")
     if config:
         os.environ["TAPGATE_CONFIG"] = str(Path(config).resolve())
+    warn_unsafe_defaults(settings)
     uvicorn.run(
         "tapgate.bootstrap:app_from_environment",
         factory=True,

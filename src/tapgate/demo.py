@@ -88,8 +88,11 @@ def _wait_ready(client: httpx.Client, process: subprocess.Popen[str], seconds: f
 PHONE_MANIFEST = [*LAMP_MANIFEST, {"name": "sms_send"}, {"name": "phone_actions"}]
 
 
-def _phone(folder: Path, client: httpx.Client, user: dict[str, str]) -> subprocess.Popen[str]:
-    """Pair a terminal phone by its link and comparison code, and start it answering."""
+def _phone(
+    folder: Path, client: httpx.Client, user: dict[str, str], operator: dict[str, str]
+) -> subprocess.Popen[str]:
+    """Pair a terminal phone by its link and comparison code, and start it answering. ana has no device
+    yet to vouch for it and the gateway requires device signatures, so the operator consents."""
     key = folder / "phone.pem"
     made = _tapgate("device", "keygen", str(key))
     _step("tapgate device keygen makes the phone's P-256 key", made.returncode == 0, made.stderr.strip())
@@ -117,15 +120,26 @@ def _phone(folder: Path, client: httpx.Client, user: dict[str, str]) -> subproce
     code = paired.stdout.strip().splitlines()[-1].removeprefix("comparison code: ") if paired.stdout else ""
     _step("tapgate device pair claims the link and shows a comparison code", paired.returncode == 0, code)
     grants = ["set_light", "unplug", "sms_send", "phone_actions"]
-    r = client.post(
-        f"/v1/pairings/{pairing['pairing_id']}/consent",
-        json={"comparison_code": code, "approved": True, "grants": grants},
-        headers=user,
-    )
+    consent = {"comparison_code": code, "approved": True, "grants": grants}
+    r = client.post(f"/v1/pairings/{pairing['pairing_id']}/consent", json=consent, headers=user)
     _step(
-        "ana types the code and grants the lamp, texts and phone actions", r.status_code == 200, r.text[:60]
+        "ana's user token alone cannot let her first device in: signatures are required",
+        r.status_code == 403,
+        r.json()["error"]["message"][:60],
     )
-    log = (folder / "phone.log").open("w")
+    r = client.post(f"/v1/pairings/{pairing['pairing_id']}/consent", json=consent, headers=operator)
+    _step(
+        "the operator checks the code with ana and consents, granting the lamp, texts and phone actions",
+        r.status_code == 200,
+        r.text[:60],
+    )
+    return _run_phone(folder)
+
+
+def _run_phone(folder: Path) -> subprocess.Popen[str]:
+    """``tapgate device run`` for ana's phone: it does and approves what it is asked (a demo's person)."""
+    state = folder / "phone-state.json"
+    log = (folder / "phone.log").open("a")
     return subprocess.Popen(
         [
             sys.executable,
@@ -218,6 +232,42 @@ def _agent_story(
     )
 
 
+def _vouching_story(folder: Path, client: httpx.Client, user: dict[str, str]) -> None:
+    """A second device: ana's user token cannot let it in; her phone, shown its comparison code, signs."""
+    r = client.post("/v1/users/ana/pairings", json={}, headers=user)
+    pairing = r.json()
+    key = folder / "tablet.pem"
+    _tapgate("device", "keygen", str(key))
+    paired = _tapgate(
+        "device", "pair", pairing["url"], str(key), "ana-tablet", "--name", "Ana's tablet",
+        "--state", str(folder / "tablet-state.json"),
+    )  # fmt: skip
+    code = paired.stdout.strip().splitlines()[-1].removeprefix("comparison code: ") if paired.stdout else ""
+    _step("a tablet claims a new pairing link", paired.returncode == 0, code)
+    consent = {"comparison_code": code, "approved": True}
+    r = client.post(f"/v1/pairings/{pairing['pairing_id']}/consent", json=consent, headers=user)
+    _step(
+        "ana has a phone now: her user token alone cannot pair the tablet",
+        r.status_code == 403,
+        r.json()["error"]["message"][:60],
+    )
+    phone = _run_phone(folder)  # ana opens her phone
+    try:
+        status = ""
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and status != "confirmed":
+            time.sleep(0.2)
+            status = client.get(f"/v1/pairings/{pairing['pairing_id']}", headers=user).json()["status"]
+    finally:
+        phone.terminate()
+        phone.wait(timeout=10)
+    _step(
+        "ana's phone shows the tablet and its comparison code, and signs the device_pair approval",
+        status == "confirmed",
+        status,
+    )
+
+
 def _first_event(client: httpx.Client, agent: dict[str, str], kind: str) -> dict[str, object]:
     with client.stream("GET", "/v1/events", headers=agent, timeout=10) as stream:
         for line in stream.iter_lines():
@@ -274,7 +324,7 @@ def _story(folder: Path) -> None:
         r = client.post("/v1/users/ana/tokens", json={"kind": "user"}, headers=as_operator)
         _step("the operator mints ana's own user token", r.status_code == 201, ", ".join(r.json()["scopes"]))
         user = r.json()["token"]
-        phone = _phone(folder, client, {"Authorization": f"Bearer {user}"})
+        phone = _phone(folder, client, {"Authorization": f"Bearer {user}"}, as_operator)
         try:
             token = json.loads((folder / "phone-state.json").read_text())["token"]
             _agent_story(
@@ -286,6 +336,7 @@ def _story(folder: Path) -> None:
         finally:
             phone.terminate()
             phone.wait(timeout=10)
+        _vouching_story(folder, client, {"Authorization": f"Bearer {user}"})
         r = client.post("/v1/users", json={"user_id": "eve"}, headers={"Authorization": f"Bearer {agent}"})
         _step("an agent token cannot add people", r.status_code == 403, r.json()["error"]["message"])
         r = client.post("/v1/users", json={"user_id": "eve"})
