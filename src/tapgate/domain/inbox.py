@@ -7,7 +7,6 @@ agent's view of the call, so the person can match the phone to the conversation.
 
 from __future__ import annotations
 
-import json
 import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
@@ -18,10 +17,12 @@ from typing import Any
 from tapgate.domain.approvals import SignBlock
 from tapgate.domain.devices import PHONE_ACTIONS, SMS_SEND, Capability, Device
 from tapgate.domain.errors import Conflict
+from tapgate.domain.shown import PREVIEW_MAX, VALUE_MAX, TooLongToShow
+from tapgate.domain.shown import shown as _shown
 
 # No 0/O, 1/I/L, 2/Z, 5/S, 8/B: a code read aloud or across a room is not misread.
 _BINDING_ALPHABET = "ACDEFGHJKMNPQRTUVWXY34679"
-PREVIEW_VALUE_MAX = 1000
+PREVIEW_VALUE_MAX = VALUE_MAX  # no value is ever cut: a longer one refuses the call
 
 
 class ApprovalStatus(StrEnum):
@@ -62,13 +63,16 @@ def binding_code() -> str:
     return "".join(secrets.choice(_BINDING_ALPHABET) for _ in range(4))
 
 
-def _shown(value: object) -> str:
-    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, sort_keys=True)
-    return text if len(text) <= PREVIEW_VALUE_MAX else text[: PREVIEW_VALUE_MAX - 1] + "…"
-
-
 def render_preview(capability: Capability, arguments: Mapping[str, Any]) -> dict[str, Any]:
-    """``{kind, fields: [{label, value}]}`` from the real arguments, in the capability's own order."""
+    """``{kind, fields: [{label, value}]}`` from the real arguments, in the capability's own order, each
+    value whole and visible (``shown.shown``). Raises TooLongToShow for a preview too long to show."""
+    preview = _render(capability, arguments)
+    if sum(len(f["value"]) for f in preview["fields"]) > PREVIEW_MAX:
+        raise TooLongToShow()
+    return preview
+
+
+def _render(capability: Capability, arguments: Mapping[str, Any]) -> dict[str, Any]:
     if capability.name == SMS_SEND:
         fields = [
             {"label": "To", "value": _shown(arguments.get("to", ""))},

@@ -41,6 +41,7 @@ from tapgate.domain.principals import Principal, Scope, TokenKind
 from tapgate.domain.push import INVOCATION_PENDING, OutboxItem
 from tapgate.domain.secret_scan import SecretRefused, check_outbound
 from tapgate.domain.sessions import Session, SessionKind
+from tapgate.domain.shown import TOO_LONG, TooLongToShow
 from tapgate.domain.tools import PHONE_ACTION, ToolName
 from tapgate.ports import UnitOfWork
 from tapgate.services.context import (
@@ -252,6 +253,10 @@ async def _chain(
     if ask or capability.name in CONFIRMED_ON_DEVICE:
         await _check_fatigue(ctx, uow, caller, device, capability, now)
     if ask:
+        try:
+            render_preview(capability, payload)
+        except TooLongToShow:
+            raise _deny(TOO_LONG, device, capability.name) from None
         approvers = [d for d in await uow.devices.list(caller.user_id) if d.status is DeviceStatus.ACTIVE]
         if not approvers:
             raise _policy(
