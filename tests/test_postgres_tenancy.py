@@ -89,7 +89,7 @@ async def _seed_devices(store: Any, clock: FrozenClock, operator: Any, user: str
     asked = await invoking.invoke(ctx, agent, Call("device__desk_lamp__unlock_door", {"on": True}))
     assert asked.status.value == "awaiting_approval"
     async with store.unit_of_work(operator.tenant_id) as uow:
-        [approval] = await uow.approvals.pending_for(user)
+        [approval] = [a for a in await uow.approvals.pending_for(user) if a.kind == "unlock_door"]
     denied = DecisionBody(Decision.DENIED, not_me=True)
     await approving.decide(ctx, operator, approval.approval_id, denied)
 

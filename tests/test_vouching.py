@@ -53,11 +53,11 @@ class Ana:
         )
         return cls(world, user, phone, key)
 
-    async def pair(self, key: Key | None = None) -> tuple[str, dict[str, Any]]:
+    async def pair(self, key: Key | None = None, device_id: str = "tablet") -> tuple[str, dict[str, Any]]:
         """What a thief with the user token does: start a pairing and claim it with a fresh key."""
         started = await self.world.client.post("/v1/users/ana/pairings", json={}, headers=bearer(self.user))
         assert started.status_code == 201, started.text
-        body = {"code": started.json()["code"], **device_body("tablet", [LAMP], key=key or new_key())}
+        body = {"code": started.json()["code"], **device_body(device_id, [LAMP], key=key or new_key())}
         claimed = await self.world.client.post("/v1/pair", json=body)
         assert claimed.status_code == 201, claimed.text
         return started.json()["pairing_id"], dict(claimed.json())
@@ -241,3 +241,22 @@ async def test_without_a_device_and_signatures_off_the_person_consents_themselve
             headers=bearer(user),
         )
         assert r.status_code == 200, r.text
+
+
+async def test_pairings_waiting_for_a_voucher_do_not_use_up_the_persons_open_confirmations(
+    request: pytest.FixtureRequest, clock: FrozenClock
+) -> None:
+    async with _world("sqlite", request, clock, max_open_confirmations=2) as world:
+        ana = await Ana.start(world)
+        door = LAMP | {"name": "unlock_door", "confirm": True}
+        await world.enrol("ana", device_body("front-door", [door], grants=["unlock_door"]))
+        for i in range(3):
+            await ana.pair(device_id=f"tablet-{i}")
+        assert len(await ana.inbox()) == 3
+        agent = await world.agent("ana")
+        r = await world.client.post(
+            "/v1/invocations",
+            json={"tool": "device__front_door__unlock_door", "arguments": {"on": True}},
+            headers=bearer(agent),
+        )
+        assert r.json()["status"] == "awaiting_approval", r.text

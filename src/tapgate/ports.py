@@ -170,7 +170,8 @@ class Approvals(Protocol):
     async def pending_for(self, user_id: str) -> Sequence[Approval]:
         """The user's undecided approvals, oldest first."""
 
-    async def count_pending(self, user_id: str) -> int: ...
+    async def count_pending(self, user_id: str) -> int:
+        """The user's undecided approvals that a call waits on (a device_pair approval is not an ask)."""
 
     async def decide(self, approval: Approval) -> bool:
         """Store ``approval``'s decision if it is still pending; False if another decision won."""

@@ -455,7 +455,7 @@ class _Approvals(_Repo):
         return [a for a in self._mine() if a.user_id == user_id and a.status is ApprovalStatus.PENDING]
 
     async def count_pending(self, user_id: str) -> int:
-        return len(await self.pending_for(user_id))
+        return len([a for a in await self.pending_for(user_id) if a.invocation_id is not None])
 
     async def decide(self, approval: Approval) -> bool:
         key = (self.tenant_id, approval.approval_id)

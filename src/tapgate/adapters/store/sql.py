@@ -907,7 +907,10 @@ class _Approvals(_Repo):
         c = t.approvals.c
         count = await self.conn.scalar(
             select(func.count()).where(
-                c.tenant_id == self.tenant_id, c.user_id == user_id, c.status == ApprovalStatus.PENDING.value
+                c.tenant_id == self.tenant_id,
+                c.user_id == user_id,
+                c.status == ApprovalStatus.PENDING.value,
+                c.invocation_id.is_not(None),
             )
         )
         return int(count or 0)
