@@ -260,3 +260,29 @@ async def test_pairings_waiting_for_a_voucher_do_not_use_up_the_persons_open_con
             headers=bearer(agent),
         )
         assert r.json()["status"] == "awaiting_approval", r.text
+
+
+async def test_the_new_device_cannot_vouch_for_itself(
+    request: pytest.FixtureRequest, clock: FrozenClock
+) -> None:
+    async with _world("sqlite", request, clock) as world:
+        ana = await Ana.start(world)
+        thief_key = new_key()
+        pairing_id, claimed = await ana.pair(thief_key)
+        [approval] = await ana.inbox(ana.user)
+        sign = approval["sign"]
+        text = signed_text(
+            sign["format"], approval["id"], "approved", approval["kind"], approval["subject"],
+            sign["action_sha256"], sign["challenge"], sign["expires_at"],
+        )  # fmt: skip
+        body = {
+            "decision": "approved",
+            "device_id": "tablet",
+            "signature": sign_decision(thief_key.private, text),
+        }
+        for token in (ana.user, claimed["device_token"]):
+            r = await world.client.post(f"/v1/approvals/{approval['id']}", json=body, headers=bearer(token))
+            assert r.status_code in (401, 403), r.text
+        assert not await ana.alive(claimed["device_token"])
+        shown = await world.client.get(f"/v1/pairings/{pairing_id}", headers=bearer(ana.user))
+        assert shown.json()["status"] == "awaiting_consent"

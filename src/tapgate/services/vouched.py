@@ -29,8 +29,8 @@ async def vouched(
     """Apply a checked decision on a ``device_pair`` approval to its pairing. Raises Conflict, Gone."""
     assert approval.arguments is not None
     pairing = await uow.pairings.get(str(approval.arguments["pairing_id"]), for_update=True)
-    device = await uow.devices.get(approval.user_id, approval.subject)
-    if pairing is None or device is None or device.device_uid != pairing.device_uid:
+    device = await uow.devices.by_uid(pairing.device_uid) if pairing and pairing.device_uid else None
+    if pairing is None or device is None or device.device_id != approval.subject:
         raise Conflict("The pairing this approval was for is gone.")
     current = pairing.current(now)
     if current.status is PairingStatus.EXPIRED:
