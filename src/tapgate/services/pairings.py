@@ -163,7 +163,7 @@ async def decide(
                 decided = consent(pairing, comparison_code, approved, now)
             except Gone as e:
                 decided, refusal = pairing.current(now), e
-            device = await _settle(uow, caller, decided, device, grants, approved, now)
+            device = await _settle(uow, caller, decided, device, grants, now)
             if decided.status is PairingStatus.AWAITING_CONSENT:
                 record = AuditRecord(
                     "pairing.mismatch",
@@ -191,9 +191,9 @@ async def _settle(
     decided: Pairing,
     device: Device,
     grants: object,
-    approved: bool,
     now: datetime,
 ) -> Device:
+    """Store the answer and carry it out: a confirmed pairing lets the device in, an ended one revokes it."""
     await uow.pairings.save(decided)
     if decided.status is PairingStatus.CONFIRMED:
         by = "operator" if caller.kind is TokenKind.OPERATOR else "user"
