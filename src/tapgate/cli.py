@@ -250,6 +250,9 @@ def token_create(
     user: Annotated[str | None, typer.Option(help="The user the token acts for (user and agent).")] = None,
     scope: Annotated[list[str] | None, typer.Option(help="A scope; repeat for more (default: all).")] = None,
     agent_id: Annotated[str | None, typer.Option(help="The agent's id (agent tokens).")] = None,
+    expires_in: Annotated[
+        int | None, typer.Option("--expires-in", help="Seconds until it stops working (default: never).")
+    ] = None,
     config: ConfigOption = None,
 ) -> None:
     """Mint a token and print it on the last line."""
@@ -269,14 +272,79 @@ def token_create(
         gateway = build_gateway(settings)
         try:
             if kind == "operator":
-                return (await gateway.create_operator_token(tenant)).token
+                return (await gateway.create_operator_token(tenant, expires_in)).token
             assert user is not None
-            new = await gateway.create_token(_operator(tenant), user, TokenKind(kind), scope, agent_id)
+            new = await gateway.create_token(
+                _operator(tenant), user, TokenKind(kind), scope, agent_id, expires_in_seconds=expires_in
+            )
             return new.token
         finally:
             await gateway.close()
 
     typer.echo(_run(work))
+
+
+@token_app.command("list")
+def token_list(
+    tenant: Annotated[str, typer.Option(help="The tenant.")],
+    user: Annotated[str | None, typer.Option(help="Only this user's tokens (default: every token).")] = None,
+    config: ConfigOption = None,
+) -> None:
+    """List live tokens, one a line: id, kind, user/agent, scopes, created, expires, last used. No secrets."""
+    settings = _settings(config)
+
+    async def work() -> list[str]:
+        from tapgate.bootstrap import build_gateway
+
+        gateway = build_gateway(settings)
+        try:
+            caller = _operator(tenant)
+            found = await (
+                gateway.list_user_tokens(caller, user) if user else gateway.list_tokens(caller, None)
+            )
+        finally:
+            await gateway.close()
+        return [
+            "\t".join(
+                (
+                    c.credential_id,
+                    c.kind.value,
+                    f"{c.user_id or '-'}/{c.agent_id or '-'}",
+                    ",".join(sorted(c.scopes)) or "-",
+                    c.created_at.isoformat(),
+                    c.expires_at.isoformat() if c.expires_at else "never",
+                    c.last_used_at.isoformat() if c.last_used_at else "never",
+                )
+            )
+            for c in found
+        ]
+
+    lines = _run(work)
+    typer.echo("token_id\tkind\tuser/agent\tscopes\tcreated_at\texpires_at\tlast_used_at")
+    for line in lines:
+        typer.echo(line)
+
+
+@token_app.command("revoke")
+def token_revoke(
+    token_id: Annotated[str, typer.Argument(help="The token's id, as 'tapgate token list' shows it.")],
+    tenant: Annotated[str, typer.Option(help="The tenant.")],
+    config: ConfigOption = None,
+) -> None:
+    """Revoke a token now; every process refuses it within a second."""
+    settings = _settings(config)
+
+    async def work() -> None:
+        from tapgate.bootstrap import build_gateway
+
+        gateway = build_gateway(settings)
+        try:
+            await gateway.revoke_token(_operator(tenant), token_id)
+        finally:
+            await gateway.close()
+
+    _run(work)
+    typer.echo(f"Token {token_id} revoked.")
 
 
 @audit_app.command("verify")

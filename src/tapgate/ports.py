@@ -16,6 +16,7 @@ from tapgate.domain.inbox import Approval
 from tapgate.domain.ingest import Receipt, Triage
 from tapgate.domain.invocations import Invocation
 from tapgate.domain.pairing import Pairing
+from tapgate.domain.principals import TokenKind
 from tapgate.domain.push import OutboxItem, PushMessage
 from tapgate.domain.sessions import Session
 
@@ -48,6 +49,15 @@ class Credentials(Protocol):
 
     async def revoke_device(self, device_uid: str, at: datetime) -> None:
         """Revoke every token of the device."""
+
+    async def list(self, user_id: str | None = None, kind: TokenKind | None = None) -> Sequence[Credential]:
+        """The tenant's unrevoked credentials (of the user, of the kind), oldest first."""
+
+    async def revoke(self, credential_id: str, at: datetime) -> bool:
+        """Revoke one credential; False if there is none unrevoked of that id."""
+
+    async def touch(self, used: Mapping[str, datetime]) -> None:
+        """Record when each credential was last used (an older time never replaces a newer one)."""
 
 
 class Devices(Protocol):

@@ -12,6 +12,7 @@ from starlette.routing import Route
 
 from tapgate import __version__
 from tapgate.api import errors
+from tapgate.api.lapse import EndOnLapse
 from tapgate.api.mcp import McpEndpoint
 from tapgate.api.middleware import BodyLimit, Observe
 from tapgate.api.push_metrics import register_push_metrics
@@ -28,6 +29,7 @@ from tapgate.api.routes import (
     link,
     notices,
     pairings,
+    tokens,
     webapp,
 )
 from tapgate.api.schemas import ErrorBody
@@ -84,6 +86,7 @@ def create_app(
     errors.install(app)
     app.include_router(health.router)
     app.include_router(accounts.router, responses=_ERRORS)
+    app.include_router(tokens.router, responses=_ERRORS)
     app.include_router(audit.router, responses=_ERRORS)
     app.include_router(agents.router, responses=_ERRORS)
     app.include_router(invocations.router, responses=_ERRORS)
@@ -103,6 +106,7 @@ def create_app(
         app.include_router(notices.router, responses=_ERRORS)
     if gateway.push_stats is not None:
         register_push_metrics(app.state.metrics, gateway.push_stats)
+    app.add_middleware(EndOnLapse, gateway=gateway)
     app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
     app.add_middleware(Observe, registry=app.state.metrics)
     return app

@@ -21,6 +21,7 @@ from tapgate.domain.inbox import Approval, ApprovalStatus
 from tapgate.domain.ingest import Receipt, Triage
 from tapgate.domain.invocations import CONFIRMED_ON_DEVICE, Invocation, Status
 from tapgate.domain.pairing import Pairing
+from tapgate.domain.principals import TokenKind
 from tapgate.domain.push import OutboxItem, OutboxStatus
 from tapgate.domain.sessions import Session
 
@@ -166,6 +167,32 @@ class _Credentials(_Repo):
         for key, credential in list(self.state.credentials.items()):
             if key[0] == self.tenant_id and credential.device_uid == device_uid and not credential.revoked_at:
                 self.state.credentials[key] = replace(credential, revoked_at=at)
+
+    async def list(self, user_id: str | None = None, kind: TokenKind | None = None) -> Sequence[Credential]:
+        found = [
+            c
+            for (tenant, _), c in self.state.credentials.items()
+            if tenant == self.tenant_id
+            and c.revoked_at is None
+            and (user_id is None or c.user_id == user_id)
+            and (kind is None or c.kind is kind)
+        ]
+        return sorted(found, key=lambda c: (c.created_at, c.credential_id))
+
+    async def revoke(self, credential_id: str, at: datetime) -> bool:
+        key = (self.tenant_id, credential_id)
+        credential = self.state.credentials.get(key)
+        if credential is None or credential.revoked_at is not None:
+            return False
+        self.state.credentials[key] = replace(credential, revoked_at=at)
+        return True
+
+    async def touch(self, used: Mapping[str, datetime]) -> None:
+        for credential_id, at in used.items():
+            key = (self.tenant_id, credential_id)
+            credential = self.state.credentials.get(key)
+            if credential is not None and (credential.last_used_at is None or credential.last_used_at < at):
+                self.state.credentials[key] = replace(credential, last_used_at=at)
 
 
 class _Devices(_Repo):

@@ -98,12 +98,17 @@ class DeviceLink:
         await self.gateway.hold_link(self.caller, LINK_SECONDS)
         sending = asyncio.create_task(self._send())
         receiving = asyncio.create_task(self._receive())
+        lapsing = asyncio.create_task(self.gateway.token_lapses(self.token))
         try:
-            await asyncio.wait({sending, receiving}, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait({sending, receiving, lapsing}, return_when=asyncio.FIRST_COMPLETED)
+            if lapsing.done() and not sending.done():  # revoked or expired, in this process or another
+                with contextlib.suppress(Exception):
+                    await self.ws.send_text(json.dumps(REVOKED_FRAME))
+                await _close(self.ws, REVOKED)
         finally:
-            for task in (sending, receiving):
+            for task in (sending, receiving, lapsing):
                 task.cancel()
-            for task in (sending, receiving):
+            for task in (sending, receiving, lapsing):
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
             with contextlib.suppress(TapgateError):
