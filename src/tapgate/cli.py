@@ -212,6 +212,8 @@ def serve(
         raise fail("The database is not at the latest schema; run 'tapgate migrate' first.")
     if config:
         os.environ["TAPGATE_CONFIG"] = str(Path(config).resolve())
+    from tapgate.api.bounded_http import BoundedHttp
+
     uvicorn.run(
         "tapgate.bootstrap:app_from_environment",
         factory=True,
@@ -219,6 +221,10 @@ def serve(
         port=port,
         workers=workers,
         **UVICORN_OPTIONS,
+        # Bounded resources (DESIGN §15): each process sets BoundedHttp's limits from its settings.
+        http=BoundedHttp,
+        h11_max_incomplete_event_size=settings.max_header_bytes,
+        ws_max_size=settings.ws_max_frame_bytes,
         # Long-polls and device links would hold a shutdown for up to a minute; devices reconnect.
         timeout_graceful_shutdown=SHUTDOWN_GRACE_SECONDS,
     )

@@ -33,6 +33,7 @@ from tapgate.api.routes import (
     webapp,
 )
 from tapgate.api.schemas import ErrorBody
+from tapgate.api.streams import StreamLimit, StreamSlots
 from tapgate.gateway import Gateway
 from tapgate.mcp_server.http import McpHttp
 from tapgate.mcp_server.server import DEFAULT_WAIT
@@ -57,6 +58,7 @@ def create_app(
     max_body_bytes: int = 65_536,
     mcp_wait: float = DEFAULT_WAIT,
     web_push_key: str | None = None,
+    max_streams_per_credential: int = 8,
 ) -> FastAPI:
     """The HTTP API over ``gateway``; when the device channel is on, also the MCP server at ``/mcp`` (its
     tool calls held ``mcp_wait`` seconds) and the browser phone app at ``/app`` (``web_push_key`` is the
@@ -83,6 +85,7 @@ def create_app(
     app.state.gateway = gateway
     app.state.web_push_key = web_push_key
     app.state.metrics = CollectorRegistry()
+    app.state.stream_slots = StreamSlots(max_streams_per_credential)
     errors.install(app)
     app.include_router(health.router)
     app.include_router(accounts.router, responses=_ERRORS)
@@ -107,6 +110,7 @@ def create_app(
     if gateway.push_stats is not None:
         register_push_metrics(app.state.metrics, gateway.push_stats)
     app.add_middleware(EndOnLapse, gateway=gateway)
+    app.add_middleware(StreamLimit, slots=app.state.stream_slots)
     app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
     app.add_middleware(Observe, registry=app.state.metrics)
     return app
