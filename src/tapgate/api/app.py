@@ -12,6 +12,7 @@ from starlette.routing import Route
 
 from tapgate import __version__
 from tapgate.api import errors
+from tapgate.api.json_keys import NoRepeatedKeys
 from tapgate.api.lapse import EndOnLapse
 from tapgate.api.mcp import McpEndpoint
 from tapgate.api.middleware import BodyLimit, Observe
@@ -109,6 +110,7 @@ def create_app(
         app.include_router(notices.router, responses=_ERRORS)
     if gateway.push_stats is not None:
         register_push_metrics(app.state.metrics, gateway.push_stats)
+    app.add_middleware(NoRepeatedKeys)
     app.add_middleware(EndOnLapse, gateway=gateway)
     app.add_middleware(StreamLimit, slots=app.state.stream_slots)
     app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
