@@ -7,6 +7,8 @@ import pytest
 
 from tapgate.domain.errors import InvalidInput
 from tapgate.domain.notices import check_notice
+from tapgate.domain.secret_scan import SecretRefused, check_outbound, scan
+from tests.test_secret_scan import ORDINARY
 
 GITHUB = "ghp_" + "aB3dE5fG7hJ9kL1mN3pQ5rS7tU9vW1xY3zA5"
 
@@ -16,3 +18,46 @@ def test_notice_data_that_holds_a_key_is_refused_like_ui() -> None:
     with pytest.raises(InvalidInput) as refused:
         check_notice("goal.done", {"goal_id": GITHUB}, None, False)
     assert refused.value.field == "data.goal_id" and GITHUB not in refused.value.message
+
+
+# -- the secret scan sees keys split, joined across arguments, or hex-encoded -------------------------
+
+
+def _spaced(key: str, every: int, separator: str) -> str:
+    return separator.join(key[i : i + every] for i in range(0, len(key), every))
+
+
+@pytest.mark.parametrize("separator", [" ", "-", ".", "\n", " - "])
+def test_a_key_split_by_separators_is_still_found(separator: str) -> None:
+    text = f"here it is: {_spaced(GITHUB, 4, separator)} thanks"
+    assert scan(GITHUB) is not None and scan(text) is not None
+
+
+def test_an_aws_key_split_by_dashes_is_found() -> None:
+    assert scan("AKIA-" + _spaced("Z7Q2M4R6T5V3W5X2", 4, "-")) is not None
+
+
+def test_a_hex_encoded_key_is_found() -> None:
+    encoded = GITHUB.encode().hex()
+    assert scan(f"payload {encoded}") is not None
+    assert scan(f"commit {'0123456789abcdef' * 4}") is None  # a hash is still an identifier
+
+
+def test_a_key_split_across_two_arguments_is_refused_naming_both() -> None:
+    check_outbound([("to", "+15550001111"), ("body", "hello there")])
+    with pytest.raises(SecretRefused) as refused:
+        check_outbound([("title", GITHUB[:20]), ("body", GITHUB[20:])])
+    assert "title + body" in refused.value.message and GITHUB not in refused.value.message
+
+
+def test_words_run_together_are_not_taken_for_a_token() -> None:
+    texts = [
+        "Call +44 20 7946 0958: Anna says hello to everyone at the office today, see you",
+        "Order 4411-2298-7765 ships to the warehouse; tracking 1Z 999 AA1 01 2345 6784 tomorrow",
+        "meeting at 10:30 Agenda: budget review, hiring plan and the quarterly roadmap",
+    ]
+    assert [t for t in texts if scan(t) is not None] == []
+
+
+def test_the_corpus_false_positive_rate_stays_zero() -> None:
+    assert [text for text in ORDINARY if scan(text) is not None] == []
