@@ -3,6 +3,9 @@ the scan sees keys split, joined or hex-encoded, ingested text shows its hidden 
 
 from __future__ import annotations
 
+import re
+
+import httpx
 import pytest
 
 from tapgate.domain.errors import InvalidInput
@@ -61,3 +64,19 @@ def test_words_run_together_are_not_taken_for_a_token() -> None:
 
 def test_the_corpus_false_positive_rate_stays_zero() -> None:
     assert [text for text in ORDINARY if scan(text) is not None] == []
+
+
+# -- /docs loads nothing from anywhere else -------------------------------------------------------------
+
+
+async def test_the_api_reference_loads_no_script_and_nothing_from_another_host(
+    device_api: httpx.AsyncClient,
+) -> None:
+    r = await device_api.get("/docs")
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/html")
+    page = r.text.lower()
+    assert "<script" not in page and "cdn" not in page
+    assert not re.search(r"""(?:src|href)\s*=\s*['"]?(?:https?:)?//""", page)
+    assert "default-src 'none'" in r.headers["content-security-policy"]
+    assert "/v1/invocations" in r.text and "/v1/tokens/{token_id}" in r.text
+    assert (await device_api.get("/redoc")).status_code == 404

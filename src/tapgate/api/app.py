@@ -11,7 +11,7 @@ from prometheus_client import CollectorRegistry
 from starlette.routing import Route
 
 from tapgate import __version__
-from tapgate.api import errors
+from tapgate.api import errors, reference
 from tapgate.api.json_keys import NoRepeatedKeys
 from tapgate.api.lapse import EndOnLapse
 from tapgate.api.mcp import McpEndpoint
@@ -82,12 +82,15 @@ def create_app(
         version=__version__,
         summary="Let an AI agent act on a person's devices while the person stays in charge.",
         lifespan=lifespan,
+        docs_url=None,  # /docs is drawn by tapgate.api.reference: FastAPI's pulls scripts from a CDN
+        redoc_url=None,
     )
     app.state.gateway = gateway
     app.state.web_push_key = web_push_key
     app.state.metrics = CollectorRegistry()
     app.state.stream_slots = StreamSlots(max_streams_per_credential)
     errors.install(app)
+    reference.install(app)
     app.include_router(health.router)
     app.include_router(accounts.router, responses=_ERRORS)
     app.include_router(tokens.router, responses=_ERRORS)
