@@ -3,14 +3,24 @@ the scan sees keys split, joined or hex-encoded, ingested text shows its hidden 
 
 from __future__ import annotations
 
+import base64
+import json
 import re
 
 import httpx
 import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec
 
+from tapgate.adapters.clock import FrozenClock
+from tapgate.adapters.push.webpush import DEFAULT_HOSTS, WebPushSender, push_host_allowed
+from tapgate.config import Settings
 from tapgate.domain.errors import InvalidInput
 from tapgate.domain.notices import check_notice
+from tapgate.domain.push import PushFailed
 from tapgate.domain.secret_scan import SecretRefused, check_outbound, scan
+from tests.pushfakes import new_accounts
+from tests.test_push_senders import message as push_message
 from tests.test_secret_scan import ORDINARY
 
 GITHUB = "ghp_" + "aB3dE5fG7hJ9kL1mN3pQ5rS7tU9vW1xY3zA5"
@@ -80,3 +90,51 @@ async def test_the_api_reference_loads_no_script_and_nothing_from_another_host(
     assert "default-src 'none'" in r.headers["content-security-policy"]
     assert "/v1/invocations" in r.text and "/v1/tokens/{token_id}" in r.text
     assert (await device_api.get("/redoc")).status_code == 404
+
+
+# -- Web Push posts only to the known push services -------------------------------------------------------
+
+
+def test_only_the_known_push_services_are_web_push_hosts() -> None:
+    allowed = [
+        "fcm.googleapis.com",
+        "FCM.googleapis.com.",
+        "wns2-par02p.notify.windows.com",
+        "web.push.apple.com",
+    ]
+    refused = [
+        "fcm.googleapis.com.evil.example",
+        "evilnotify.windows.com",
+        "169.254.169.254",
+        "localhost",
+        "push.example",
+    ]
+    assert all(push_host_allowed(h, DEFAULT_HOSTS) for h in allowed)
+    assert not any(push_host_allowed(h, DEFAULT_HOSTS) for h in refused)
+    assert tuple(Settings().webpush.hosts) == DEFAULT_HOSTS  # the setting's default is that list
+
+
+async def test_a_subscription_on_any_other_host_is_refused_before_anything_is_sent() -> None:
+    posted: list[httpx.Request] = []
+    transport = httpx.MockTransport(lambda request: posted.append(request) or httpx.Response(201))
+    accounts = new_accounts()
+    point = (
+        ec.generate_private_key(ec.SECP256R1())
+        .public_key()
+        .public_bytes(serialization.Encoding.X962, serialization.PublicFormat.UncompressedPoint)
+    )
+    keys = {
+        "p256dh": base64.urlsafe_b64encode(point).decode(),
+        "auth": base64.urlsafe_b64encode(b"a" * 16).decode(),
+    }
+    async with httpx.AsyncClient(transport=transport) as client:
+        sender = WebPushSender(client, accounts.vapid_private_b64, accounts.vapid_subject, FrozenClock())
+        for endpoint in (
+            "https://169.254.169.254/latest/meta-data",
+            "https://fcm.googleapis.com.evil.example/x",
+        ):
+            token = json.dumps({"endpoint": endpoint, "keys": keys})
+            with pytest.raises(PushFailed) as refused:
+                await sender.send(push_message("webpush", token))
+            assert refused.value.retryable is False and "known push service" in str(refused.value)
+    assert posted == []

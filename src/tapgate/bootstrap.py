@@ -78,7 +78,11 @@ def build_push(settings: Settings, clock: Clock, client: httpx.AsyncClient) -> P
     senders: dict[str, PushSender] = {}
     if settings.webpush.vapid_private_key:
         senders["webpush"] = WebPushSender(
-            client, settings.webpush.vapid_private_key, settings.webpush.subject, clock
+            client,
+            settings.webpush.vapid_private_key,
+            settings.webpush.subject,
+            clock,
+            hosts=settings.webpush.hosts,
         )
     apns = settings.apns
     if apns.enabled:

@@ -28,6 +28,18 @@ class WebPushSettings(BaseModel):
 
     vapid_private_key: str = ""
     subject: str = "mailto:admin@example.com"
+    # The push services a browser's subscription may point at (a leading '.' admits subdomains): the
+    # gateway posts to no other host, whatever a subscription says.
+    hosts: list[str] = Field(
+        default_factory=lambda: [
+            "fcm.googleapis.com",
+            "android.googleapis.com",
+            "updates.push.services.mozilla.com",
+            "web.push.apple.com",
+            ".notify.windows.com",
+        ],
+        max_length=100,
+    )
 
 
 class ApnsSettings(BaseModel):
