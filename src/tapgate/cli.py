@@ -353,6 +353,29 @@ def token_revoke(
     typer.echo(f"Token {token_id} revoked.")
 
 
+@app.command()
+def prune(config: ConfigOption = None) -> None:
+    """Erase message bodies older than retention_days now (SMS bodies, sms_send and phone_actions
+    arguments, result texts); rows, digests and the audit journal stay."""
+    settings = _settings(config)
+
+    async def work() -> tuple[int, int]:
+        from tapgate.bootstrap import build_gateway
+
+        gateway = build_gateway(settings)
+        try:
+            pruned = await gateway.prune()
+        finally:
+            await gateway.close()
+        return pruned.invocations, pruned.events
+
+    invocations, events = _run(work)
+    typer.echo(
+        f"Erased the bodies of {invocations} invocations and {events} forwarded messages "
+        f"older than {settings.retention_days} days."
+    )
+
+
 @audit_app.command("verify")
 def audit_verify(
     config: ConfigOption = None,

@@ -127,6 +127,7 @@ class Settings(BaseSettings):
     header_timeout_seconds: float = Field(10.0, gt=0, le=300)
     ws_max_frame_bytes: int = Field(65_536, ge=1024, le=16 * 1024 * 1024)
     max_streams_per_credential: int = Field(8, ge=1, le=10_000)
+    retention_days: int = Field(30, ge=1, le=36_500)  # message bodies are erased after this many days
     mcp_wait_seconds: float = Field(60, ge=0, le=300)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
 

@@ -45,6 +45,7 @@ from tapgate.services.invoking import Call, View
 from tapgate.services.outbox import PushStats
 from tapgate.services.pairings import Claimed
 from tapgate.services.push_worker import PushWorker
+from tapgate.services.retention import Pruned, RetentionSweeper, prune
 from tapgate.services.usage import UsageRecorder
 
 
@@ -80,6 +81,7 @@ class Gateway:
         self._auth = AuthCache(lambda: clock.now().timestamp())
         wake.listen(self._auth.on_notify)
         self._usage = UsageRecorder(store, clock)
+        self._retention = RetentionSweeper(self.ctx)
         self._background = list(background)
         self._sweeper = Sweeper(self.ctx, sweep_seconds)
         self._pusher = PushWorker(self.ctx, push) if device_channel and push is not None else None
@@ -113,11 +115,13 @@ class Gateway:
         await self._usage.start()
         if self.device_channel:
             self._sweeper.start()
+            self._retention.start()
         if self._pusher is not None:
             await self._pusher.start()
 
     async def close(self) -> None:
         await self._usage.close()
+        await self._retention.close()
         await self._sweeper.close()
         if self._pusher is not None:
             await self._pusher.close()
@@ -323,6 +327,10 @@ class Gateway:
     async def sweep(self) -> int:
         """Expire every overdue invocation now (the background sweep does this on its own)."""
         return await sweep(self.ctx)
+
+    async def prune(self) -> Pruned:
+        """Erase the message bodies older than retention_days now (a background sweep does it hourly)."""
+        return await prune(self.ctx)
 
     async def send_pushes(self) -> None:
         """Send every push due now and wait until each is recorded (the push worker does this on its

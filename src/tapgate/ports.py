@@ -143,6 +143,11 @@ class Invocations(Protocol):
     async def due(self, now: datetime, limit: int) -> Sequence[Invocation]:
         """Open invocations whose deadline has passed."""
 
+    async def erase_texts(self, before: datetime, capabilities: Sequence[str]) -> int:
+        """Retention: for resolved calls created before ``before``, empty the arguments of the calls to
+        ``capabilities`` and every result text (the device's message, a late report's); the rows and
+        their argument digests stay. Returns how many rows changed."""
+
 
 class Outbox(Protocol):
     async def add(self, item: OutboxItem) -> None: ...
@@ -221,6 +226,10 @@ class Events(Protocol):
         """Add an event for the user; its sequence number grows in commit order within the tenant."""
 
     async def read(self, user_id: str, after: int, limit: int) -> Sequence[Event]: ...
+
+    async def erase_bodies(self, type: str, fields: Sequence[str], before: datetime) -> int:
+        """Retention: empty ``fields`` of the events of ``type`` older than ``before`` (each keeps an
+        ``erased: true``); the events stay. Returns how many changed."""
 
 
 class Journal(Protocol):

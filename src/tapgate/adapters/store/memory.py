@@ -383,6 +383,22 @@ class _Invocations(_Repo):
         due = [i for i in self._mine() if i.status.open and i.expires_at <= now]
         return sorted(due, key=lambda i: i.expires_at)[:limit]
 
+    async def erase_texts(self, before: datetime, capabilities: Sequence[str]) -> int:
+        changed = 0
+        for i in self._mine():
+            if i.status.open or i.created_at >= before:
+                continue
+            erased = replace(
+                i,
+                arguments={} if i.capability in capabilities else i.arguments,
+                message=None,
+                late_message=None,
+            )
+            if erased != i:
+                self.state.invocations[(self.tenant_id, i.invocation_id)] = erased
+                changed += 1
+        return changed
+
 
 class _Events(_Repo):
     async def append(self, user_id: str, type: str, data: Mapping[str, EventValue], at: datetime) -> int:
@@ -394,6 +410,16 @@ class _Events(_Repo):
     async def read(self, user_id: str, after: int, limit: int) -> Sequence[Event]:
         events = self.state.events.get(self.tenant_id, [])
         return [e for e in events[after:] if e.user_id == user_id][:limit]
+
+    async def erase_bodies(self, type: str, fields: Sequence[str], before: datetime) -> int:
+        events = self.state.events.get(self.tenant_id, [])
+        changed = 0
+        for n, e in enumerate(events):
+            if e.type == type and e.created_at < before and not e.data.get("erased"):
+                data = {**e.data, **dict.fromkeys(fields, ""), "erased": True}
+                events[n] = replace(e, data=data)
+                changed += 1
+        return changed
 
 
 _PUSHED = (OutboxStatus.QUEUED, OutboxStatus.SENT)

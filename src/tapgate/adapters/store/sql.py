@@ -607,6 +607,21 @@ def _invocation(r: Any) -> Invocation:
 
 
 class _Invocations(_Repo):
+    async def erase_texts(self, before: datetime, capabilities: Sequence[str]) -> int:
+        c = t.invocations.c
+        old = (c.tenant_id == self.tenant_id, c.created_at < before, c.status.notin_(list(OPEN)))
+        arguments = await self.conn.execute(
+            update(t.invocations)
+            .where(*old, c.capability.in_(list(capabilities)), c.arguments != "{}")
+            .values(arguments="{}")
+        )
+        texts = await self.conn.execute(
+            update(t.invocations)
+            .where(*old, or_(c.message.is_not(None), c.late_message.is_not(None)))
+            .values(message=None, late_message=None)
+        )
+        return int(arguments.rowcount or 0) + int(texts.rowcount or 0)
+
     async def add(self, invocation: Invocation) -> None:
         i = invocation
         row = {
@@ -1084,6 +1099,25 @@ class _Ingests(_Repo):
 
 
 class _Events(_Repo):
+    async def erase_bodies(self, type: str, fields: Sequence[str], before: datetime) -> int:
+        c = t.events.c
+        rows = await self.conn.execute(
+            select(c.seq, c.data).where(c.tenant_id == self.tenant_id, c.type == type, c.created_at < before)
+        )
+        changed = 0
+        for row in rows.all():
+            data = json.loads(row.data)
+            if data.get("erased"):
+                continue
+            data.update(dict.fromkeys(fields, ""), erased=True)
+            await self.conn.execute(
+                update(t.events)
+                .where(c.tenant_id == self.tenant_id, c.seq == row.seq)
+                .values(data=json.dumps(data, sort_keys=True))
+            )
+            changed += 1
+        return changed
+
     async def append(self, user_id: str, type: str, data: Mapping[str, EventValue], at: datetime) -> int:
         seq = await self.conn.scalar(q.NEXT_EVENT, {"tenant": self.tenant_id})
         if seq is None:
