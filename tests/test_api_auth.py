@@ -23,7 +23,7 @@ ROUTES = [
     ("POST", "/v1/sessions/s1/messages", {"capabilities": []}, {"agent"}),
     ("GET", "/v1/tools", None, {"agent"}),
     ("POST", "/v1/invocations", {"tool": "device__lamp__set_light"}, {"agent"}),
-    ("GET", "/v1/invocations/inv-1", None, {"agent"}),
+    ("GET", "/v1/invocations/inv-1", None, {"agent", "user"}),
     ("GET", "/v1/events", None, {"agent"}),
 ]
 # What an allowed caller gets where the success status is not 200/201, or where the route streams.

@@ -108,7 +108,9 @@ RULES: dict[tuple[str, str], Rule] = {
     ("POST", "/v1/sessions/{session_id}/messages"): Rule(AGENT_TOOLS, of_ana=True, foreign="session_id"),
     ("GET", "/v1/tools"): Rule(AGENT_TOOLS),
     ("POST", "/v1/invocations"): Rule(AGENT_TOOLS),
-    ("GET", "/v1/invocations/{invocation_id}"): Rule(AGENT_TOOLS, of_ana=True, foreign="invocation_id"),
+    ("GET", "/v1/invocations/{invocation_id}"): Rule(
+        {"agent": "tools", "user": None}, of_ana=True, foreign="invocation_id"
+    ),
     ("GET", "/v1/events"): Rule({"agent": "events"}),
     ("POST", "/v1/users/{user_id}/devices"): Rule(OPERATOR, of_ana=True, foreign="user_id"),
     ("GET", "/v1/users/{user_id}/devices"): Rule(USER_READ, of_ana=True, foreign="user_id"),

@@ -22,6 +22,7 @@ from tapgate.domain.secret_scan import SecretRefused, check_outbound, scan
 from tests.pushfakes import new_accounts
 from tests.test_push_senders import message as push_message
 from tests.test_secret_scan import ORDINARY
+from tests.world import LAMP, World, bearer, device_body
 
 GITHUB = "ghp_" + "aB3dE5fG7hJ9kL1mN3pQ5rS7tU9vW1xY3zA5"
 
@@ -138,3 +139,29 @@ async def test_a_subscription_on_any_other_host_is_refused_before_anything_is_se
                 await sender.send(push_message("webpush", token))
             assert refused.value.retryable is False and "known push service" in str(refused.value)
     assert posted == []
+
+
+# -- an agent reads the calls its own agent made ---------------------------------------------------------
+
+
+async def test_an_agent_reads_only_its_own_agents_calls_and_the_user_reads_all_of_theirs(
+    device_api: httpx.AsyncClient,
+) -> None:
+    world = await World(device_api).start()
+    await world.person("ana")
+    await world.person("bob")
+    await world.enrol("ana", device_body("desk-lamp", [LAMP], grants=["set_light"]))
+    assistant = bearer(await world.agent("ana", "assistant"))
+    planner = bearer(await world.agent("ana", "planner"))
+    ana = bearer(await world.token("ana", "user"))
+    bob = bearer(await world.token("bob", "user"))
+    call = {"tool": "device__desk_lamp__set_light", "arguments": {"on": True}}
+    made = (await device_api.post("/v1/invocations", json=call, headers=assistant)).json()["id"]
+    assert (await device_api.get(f"/v1/invocations/{made}", headers=assistant)).status_code == 200
+    theirs = await device_api.get(f"/v1/invocations/{made}", headers=planner)
+    unknown = await device_api.get("/v1/invocations/inv_nosuchcall", headers=planner)
+    assert theirs.status_code == unknown.status_code == 404
+    assert theirs.json()["error"]["code"] == unknown.json()["error"]["code"]
+    mine = await device_api.get(f"/v1/invocations/{made}", headers=ana)
+    assert mine.status_code == 200 and mine.json()["id"] == made
+    assert (await device_api.get(f"/v1/invocations/{made}", headers=bob)).status_code == 404
