@@ -44,6 +44,10 @@ def push_router(
         fakes.accounts.vapid_subject,
         clock,
         https_only=False,
+        hosts=(
+            "127.0.0.1",
+            "localhost",
+        ),  # the loopback fakes: the default list names the real push services only
         timeout=timeout,
     )
     return PushRouter({"webpush": webpush}, relay)

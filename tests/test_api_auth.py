@@ -16,15 +16,18 @@ ROUTES = [
     ("POST", "/v1/users", {"user_id": "zed"}, {"operator"}),
     ("POST", "/v1/users/ana/tokens", {"kind": "agent"}, {"operator"}),
     ("GET", "/v1/audit", None, {"operator"}),
+    ("GET", "/v1/users/ana/tokens", None, {"operator", "user"}),
+    ("GET", "/v1/tokens", None, {"operator"}),
+    ("DELETE", "/v1/tokens/0123456789abcdef", None, {"operator", "user"}),
     ("PUT", "/v1/sessions/s1", {"kind": "chat", "attended": True}, {"agent"}),
     ("POST", "/v1/sessions/s1/messages", {"capabilities": []}, {"agent"}),
     ("GET", "/v1/tools", None, {"agent"}),
     ("POST", "/v1/invocations", {"tool": "device__lamp__set_light"}, {"agent"}),
-    ("GET", "/v1/invocations/inv-1", None, {"agent"}),
+    ("GET", "/v1/invocations/inv-1", None, {"agent", "user"}),
     ("GET", "/v1/events", None, {"agent"}),
 ]
 # What an allowed caller gets where the success status is not 200/201, or where the route streams.
-ALLOWED_ANSWER = {"/v1/invocations/inv-1": 404, "/v1/events": None}
+ALLOWED_ANSWER = {"/v1/invocations/inv-1": 404, "/v1/events": None, "/v1/tokens/0123456789abcdef": 404}
 
 
 async def _operator(api: httpx.AsyncClient, tenant: str = "acme") -> str:
@@ -64,7 +67,8 @@ def test_the_route_table_covers_every_v1_route(api: httpx.AsyncClient) -> None:
             method.upper(),
             path.replace("{user_id}", "ana")
             .replace("{session_id}", "s1")
-            .replace("{invocation_id}", "inv-1"),
+            .replace("{invocation_id}", "inv-1")
+            .replace("{token_id}", "0123456789abcdef"),
         )
         for path, operations in paths.items()
         if path.startswith("/v1")

@@ -97,11 +97,20 @@ RULES: dict[tuple[str, str], Rule] = {
     ("POST", "/v1/users"): Rule(OPERATOR),
     ("POST", "/v1/users/{user_id}/tokens"): Rule(OPERATOR, of_ana=True, foreign="user_id"),
     ("GET", "/v1/audit"): Rule(OPERATOR),
+    ("GET", "/v1/users/{user_id}/tokens"): Rule(
+        {"operator": None, "user": None}, of_ana=True, foreign="user_id"
+    ),
+    ("GET", "/v1/tokens"): Rule(OPERATOR),
+    ("DELETE", "/v1/tokens/{token_id}"): Rule(
+        {"operator": None, "user": None}, of_ana=True, foreign="token_id"
+    ),
     ("PUT", "/v1/sessions/{session_id}"): Rule(AGENT_TOOLS),
     ("POST", "/v1/sessions/{session_id}/messages"): Rule(AGENT_TOOLS, of_ana=True, foreign="session_id"),
     ("GET", "/v1/tools"): Rule(AGENT_TOOLS),
     ("POST", "/v1/invocations"): Rule(AGENT_TOOLS),
-    ("GET", "/v1/invocations/{invocation_id}"): Rule(AGENT_TOOLS, of_ana=True, foreign="invocation_id"),
+    ("GET", "/v1/invocations/{invocation_id}"): Rule(
+        {"agent": "tools", "user": None}, of_ana=True, foreign="invocation_id"
+    ),
     ("GET", "/v1/events"): Rule({"agent": "events"}),
     ("POST", "/v1/users/{user_id}/devices"): Rule(OPERATOR, of_ana=True, foreign="user_id"),
     ("GET", "/v1/users/{user_id}/devices"): Rule(USER_READ, of_ana=True, foreign="user_id"),
@@ -209,8 +218,11 @@ class Matrix:
         body: Any = None
         if template == "/v1/users":
             body = {"user_id": f"u{secrets.token_hex(3)}"}
-        elif template.endswith("/tokens"):
+        elif method == "POST" and template.endswith("/tokens"):
             body = {"kind": "agent"}
+        elif template == "/v1/tokens/{token_id}":
+            fresh = await self.post("operator", "/v1/users/ana/tokens", {"kind": "agent"})
+            path = path.replace("{token_id}", fresh.json()["token_id"])
         elif method == "POST" and template == "/v1/users/{user_id}/devices":
             body = device_body(f"d{secrets.token_hex(3)}", [LAMP])
         elif template.endswith("/grants"):

@@ -27,8 +27,9 @@ from tests.world import LAMP, bearer, device_body
 
 DOOR = LAMP | {"name": "unlock_door", "description": "Unlock the front door.", "confirm": True}
 EXAMPLES = scaled(6, 150)
-# What a refused request may still write: its refusal's journal entry, and a device's presence.
-VOLATILE = {"audit_entries", "audit_heads", "devices"}
+# What a refused request may still write: its refusal's journal entry, a device's presence and a token's
+# last use.
+VOLATILE = {"audit_entries", "audit_heads", "devices", "credentials"}
 
 
 @pytest.fixture(scope="module")
@@ -62,6 +63,14 @@ def _snapshot(db: Path) -> dict[str, list[tuple[Any, ...]]]:
         snap = {t: sorted(map(repr, conn.execute(f"SELECT * FROM {t}"))) for t in tables if t not in VOLATILE}
         snap["devices"] = sorted(
             map(repr, conn.execute("SELECT tenant_id, device_uid, status, revoked_at FROM devices"))
+        )
+        snap["credentials"] = sorted(
+            map(
+                repr,
+                conn.execute(
+                    "SELECT tenant_id, credential_id, kind, revoked_at, expires_at FROM credentials"
+                ),
+            )
         )
         snap["journal"] = sorted(
             map(repr, conn.execute("SELECT seq, action FROM audit_entries WHERE action NOT LIKE '%refused'"))

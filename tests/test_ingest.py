@@ -284,3 +284,16 @@ async def test_a_triage_session_is_visible_to_the_persons_agents_only(phone: Pho
     )
     assert r.status_code == 200
     assert other
+
+
+async def test_hidden_characters_in_a_text_reach_the_agent_as_visible_escapes_and_are_flagged(
+    phone: Phone,
+) -> None:
+    hostile = "Pay \u202egnp.exe\u202c now\u200b, ok\U000e0041\U000e0042\nthanks"
+    assert (await phone.ingest(hostile)).status_code == 202
+    assert (await phone.ingest("Plain text\nwith a line", at="2026-01-01T08:01:00Z")).status_code == 202
+    first, second = [e for e in await phone.events() if e["type"] == "ingest.message"]
+    assert first["hidden_characters"] is True
+    assert first["body"] == ("Pay ⟨U+202E⟩gnp.exe⟨U+202C⟩ now⟨U+200B⟩, ok⟨U+E0041⟩⟨U+E0042⟩\nthanks")
+    assert not any(ch in first["body"] for ch in "\u202e\u202c\u200b\U000e0041")
+    assert second["hidden_characters"] is False and second["body"] == "Plain text\nwith a line"

@@ -120,3 +120,63 @@ def _rows(path: Path) -> list[str]:
             for t in tables
             for row in db.execute(f"SELECT * FROM {t}")
         ]
+
+
+def test_at_debug_level_no_token_frame_or_body_reaches_a_real_servers_log(tmp_path: Path) -> None:
+    """G11 at log_level = "debug": third-party loggers that print upgrade headers (the device's token),
+    WebSocket frames, request lines or SQL parameters are capped (DESIGN §15, logs at every level)."""
+    import asyncio
+
+    import httpx
+    import websockets
+
+    from tapgate.adapters.store.migrate import migrate
+    from tests.conftest import blocking
+    from tests.live import Server, new_tenant, write_config
+
+    url = f"sqlite:///{tmp_path / 'tapgate.db'}"
+    blocking(migrate(url))
+    server = Server(write_config(tmp_path, url, log_level="debug"))
+    server.start()
+    secrets_seen: list[str] = []
+
+    async def run() -> None:
+        operator = await new_tenant(url)
+        async with httpx.AsyncClient(base_url=server.url, timeout=30) as client:
+            world = World(client)
+            world.operator = operator
+            await world.person("ana")
+            agent = await world.agent("ana")
+            phone = await world.enrol("ana", device_body("ana-phone", [NOTE], grants=["show_note"]))
+            secrets_seen.extend([operator, agent, phone])
+            async with websockets.connect(
+                server.url.replace("http", "ws") + "/v1/device/connect",
+                additional_headers=bearer(phone),
+                compression=None,
+            ) as link:
+                r = await client.post(
+                    "/v1/invocations",
+                    json={"tool": "device__ana_phone__show_note", "arguments": {"text": f"note {CANARY}"}},
+                    headers=bearer(agent),
+                )
+                assert r.status_code == 200, r.text
+                frame = json.loads(await asyncio.wait_for(link.recv(), timeout=10))
+                assert CANARY in json.dumps(frame)  # the frame really carried it
+                await link.send(json.dumps({"type": "device:result", "callId": frame["callId"],
+                                            "status": "done", "message": f"shown {CANARY}"}))  # fmt: skip
+                await link.send(f"not a frame {CANARY}")
+                view = await client.get(f"/v1/invocations/{frame['callId']}?wait=10", headers=bearer(agent))
+                assert view.json()["status"] == "done", view.text
+            sms = {"channel": "sms", "sender": NUMBER, "body": f"hi {CANARY}"}
+            sms["received_at"] = "2026-01-01T08:00:00Z"
+            r = await client.post("/v1/device/ingest", json=sms, headers=bearer(phone))
+            assert r.status_code == 202, r.text
+
+    try:
+        asyncio.run(run())
+    finally:
+        server.stop()
+    log = server.logs()
+    assert '"level": "debug"' in log or '"level": "info"' in log  # the server logged at all
+    leaks = [s for s in [CANARY, NUMBER, *(t.rsplit("_", 1)[1] for t in secrets_seen)] if s in log]
+    assert not leaks, [line for line in log.splitlines() if any(s in line for s in leaks)][:5]

@@ -132,7 +132,16 @@ def relay_sender(
 def webpush_sender(client: httpx.AsyncClient, fakes: PushFakes, clock: FrozenClock) -> WebPushSender:
     accounts = fakes.accounts
     return WebPushSender(
-        client, accounts.vapid_private_b64, accounts.vapid_subject, clock, https_only=False, timeout=0.3
+        client,
+        accounts.vapid_private_b64,
+        accounts.vapid_subject,
+        clock,
+        https_only=False,
+        hosts=(
+            "127.0.0.1",
+            "localhost",
+        ),  # the loopback fakes: the default list names the real push services only
+        timeout=0.3,
     )
 
 

@@ -109,3 +109,34 @@ async def test_the_journal_chains_entries_in_order_and_pages(store: Store) -> No
     assert entries[0].at == NOW
     async with store.unit_of_work(b) as uow:
         assert [e.action for e in await uow.journal.read(0, 10)] == ["other.done"]
+
+
+async def test_credentials_are_listed_revoked_once_and_touched_only_forward(store: Store) -> None:
+    a = await _tenant(store)
+    later = NOW.replace(minute=45)
+    made = [
+        Credential(a, "000000000000000a", TokenKind.OPERATOR, "a" * 64, frozenset(), NOW),
+        Credential(a, "000000000000000b", TokenKind.AGENT, "b" * 64, frozenset({Scope.TOOLS}), NOW,
+                   user_id="ana", agent_id="bot", expires_at=later),
+        Credential(a, "000000000000000c", TokenKind.USER, "c" * 64, frozenset(), NOW, user_id="ana"),
+    ]  # fmt: skip
+    async with store.unit_of_work(a) as uow:
+        await uow.users.add(User(a, "ana", "Ana", NOW))
+        for credential in made:
+            await uow.credentials.add(credential)
+    async with store.unit_of_work(a) as uow:
+        assert [c.credential_id for c in await uow.credentials.list(user_id="ana")] == [
+            "000000000000000b",
+            "000000000000000c",
+        ]
+        assert await uow.credentials.list(kind=TokenKind.OPERATOR) == [made[0]]
+        assert (await uow.credentials.get("000000000000000b")).expires_at == later  # type: ignore[union-attr]
+        assert await uow.credentials.revoke("000000000000000c", later) is True
+        assert await uow.credentials.revoke("000000000000000c", later) is False
+        await uow.credentials.touch({"000000000000000b": later})
+        await uow.credentials.touch({"000000000000000b": NOW})  # an older time never wins
+    async with store.unit_of_work(a) as uow:
+        live = [c.credential_id for c in await uow.credentials.list()]
+        assert live == ["000000000000000a", "000000000000000b"]
+        assert (await uow.credentials.get("000000000000000b")).last_used_at == later  # type: ignore[union-attr]
+        assert (await uow.credentials.get("000000000000000c")).revoked_at == later  # type: ignore[union-attr]

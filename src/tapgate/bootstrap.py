@@ -78,7 +78,11 @@ def build_push(settings: Settings, clock: Clock, client: httpx.AsyncClient) -> P
     senders: dict[str, PushSender] = {}
     if settings.webpush.vapid_private_key:
         senders["webpush"] = WebPushSender(
-            client, settings.webpush.vapid_private_key, settings.webpush.subject, clock
+            client,
+            settings.webpush.vapid_private_key,
+            settings.webpush.subject,
+            clock,
+            hosts=settings.webpush.hosts,
         )
     apns = settings.apns
     if apns.enabled:
@@ -178,18 +182,32 @@ def build_app(
         max_body_bytes=settings.max_body_bytes,
         mcp_wait=settings.mcp_wait_seconds,
         web_push_key=web_push_key(settings),
+        max_streams_per_credential=settings.max_streams_per_credential,
     )
 
 
 def app_from_environment() -> FastAPI:
     """The uvicorn factory used by ``tapgate serve``: settings from TAPGATE_CONFIG and TAPGATE_*."""
+    import logging
     import os
 
     from tapgate import faults
+    from tapgate.api.bounded_http import BoundedHttp
     from tapgate.config import load_settings
     from tapgate.logs import configure_logging
 
     settings = load_settings()
     configure_logging(settings.log_level)
     faults.arm_from(os.environ)
+    BoundedHttp.bound(settings.max_header_bytes, settings.header_timeout_seconds)
+    logging.getLogger("tapgate.limits").info(
+        "limits",
+        extra={
+            "max_header_bytes": settings.max_header_bytes,
+            "header_timeout_seconds": settings.header_timeout_seconds,
+            "ws_max_frame_bytes": settings.ws_max_frame_bytes,
+            "max_streams_per_credential": settings.max_streams_per_credential,
+            "max_body_bytes": settings.max_body_bytes,
+        },
+    )
     return build_app(settings)

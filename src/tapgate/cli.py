@@ -230,6 +230,8 @@ def serve(
     if config:
         os.environ["TAPGATE_CONFIG"] = str(Path(config).resolve())
     warn_unsafe_defaults(settings)
+    from tapgate.api.bounded_http import BoundedHttp
+
     uvicorn.run(
         "tapgate.bootstrap:app_from_environment",
         factory=True,
@@ -237,6 +239,10 @@ def serve(
         port=port,
         workers=workers,
         **UVICORN_OPTIONS,
+        # Bounded resources (DESIGN §15): each process sets BoundedHttp's limits from its settings.
+        http=BoundedHttp,
+        h11_max_incomplete_event_size=settings.max_header_bytes,
+        ws_max_size=settings.ws_max_frame_bytes,
         # Long-polls and device links would hold a shutdown for up to a minute; devices reconnect.
         timeout_graceful_shutdown=SHUTDOWN_GRACE_SECONDS,
     )
@@ -268,6 +274,9 @@ def token_create(
     user: Annotated[str | None, typer.Option(help="The user the token acts for (user and agent).")] = None,
     scope: Annotated[list[str] | None, typer.Option(help="A scope; repeat for more (default: all).")] = None,
     agent_id: Annotated[str | None, typer.Option(help="The agent's id (agent tokens).")] = None,
+    expires_in: Annotated[
+        int | None, typer.Option("--expires-in", help="Seconds until it stops working (default: never).")
+    ] = None,
     config: ConfigOption = None,
 ) -> None:
     """Mint a token and print it on the last line."""
@@ -287,14 +296,102 @@ def token_create(
         gateway = build_gateway(settings)
         try:
             if kind == "operator":
-                return (await gateway.create_operator_token(tenant)).token
+                return (await gateway.create_operator_token(tenant, expires_in)).token
             assert user is not None
-            new = await gateway.create_token(_operator(tenant), user, TokenKind(kind), scope, agent_id)
+            new = await gateway.create_token(
+                _operator(tenant), user, TokenKind(kind), scope, agent_id, expires_in_seconds=expires_in
+            )
             return new.token
         finally:
             await gateway.close()
 
     typer.echo(_run(work))
+
+
+@token_app.command("list")
+def token_list(
+    tenant: Annotated[str, typer.Option(help="The tenant.")],
+    user: Annotated[str | None, typer.Option(help="Only this user's tokens (default: every token).")] = None,
+    config: ConfigOption = None,
+) -> None:
+    """List live tokens, one a line: id, kind, user/agent, scopes, created, expires, last used. No secrets."""
+    settings = _settings(config)
+
+    async def work() -> list[str]:
+        from tapgate.bootstrap import build_gateway
+
+        gateway = build_gateway(settings)
+        try:
+            caller = _operator(tenant)
+            found = await (
+                gateway.list_user_tokens(caller, user) if user else gateway.list_tokens(caller, None)
+            )
+        finally:
+            await gateway.close()
+        return [
+            "\t".join(
+                (
+                    c.credential_id,
+                    c.kind.value,
+                    f"{c.user_id or '-'}/{c.agent_id or '-'}",
+                    ",".join(sorted(c.scopes)) or "-",
+                    c.created_at.isoformat(),
+                    c.expires_at.isoformat() if c.expires_at else "never",
+                    c.last_used_at.isoformat() if c.last_used_at else "never",
+                )
+            )
+            for c in found
+        ]
+
+    lines = _run(work)
+    typer.echo("token_id\tkind\tuser/agent\tscopes\tcreated_at\texpires_at\tlast_used_at")
+    for line in lines:
+        typer.echo(line)
+
+
+@token_app.command("revoke")
+def token_revoke(
+    token_id: Annotated[str, typer.Argument(help="The token's id, as 'tapgate token list' shows it.")],
+    tenant: Annotated[str, typer.Option(help="The tenant.")],
+    config: ConfigOption = None,
+) -> None:
+    """Revoke a token now; every process refuses it within a second."""
+    settings = _settings(config)
+
+    async def work() -> None:
+        from tapgate.bootstrap import build_gateway
+
+        gateway = build_gateway(settings)
+        try:
+            await gateway.revoke_token(_operator(tenant), token_id)
+        finally:
+            await gateway.close()
+
+    _run(work)
+    typer.echo(f"Token {token_id} revoked.")
+
+
+@app.command()
+def prune(config: ConfigOption = None) -> None:
+    """Erase message bodies older than retention_days now (SMS bodies, sms_send and phone_actions
+    arguments, result texts); rows, digests and the audit journal stay."""
+    settings = _settings(config)
+
+    async def work() -> tuple[int, int]:
+        from tapgate.bootstrap import build_gateway
+
+        gateway = build_gateway(settings)
+        try:
+            pruned = await gateway.prune()
+        finally:
+            await gateway.close()
+        return pruned.invocations, pruned.events
+
+    invocations, events = _run(work)
+    typer.echo(
+        f"Erased the bodies of {invocations} invocations and {events} forwarded messages "
+        f"older than {settings.retention_days} days."
+    )
 
 
 @audit_app.command("verify")

@@ -28,6 +28,18 @@ class WebPushSettings(BaseModel):
 
     vapid_private_key: str = ""
     subject: str = "mailto:admin@example.com"
+    # The push services a browser's subscription may point at (a leading '.' admits subdomains): the
+    # gateway posts to no other host, whatever a subscription says.
+    hosts: list[str] = Field(
+        default_factory=lambda: [
+            "fcm.googleapis.com",
+            "android.googleapis.com",
+            "updates.push.services.mozilla.com",
+            "web.push.apple.com",
+            ".notify.windows.com",
+        ],
+        max_length=100,
+    )
 
 
 class ApnsSettings(BaseModel):
@@ -109,6 +121,13 @@ class Settings(BaseSettings):
     push_lease_seconds: float = Field(60.0, ge=1, le=3600)
     push_sweep_seconds: float = Field(5.0, gt=0, le=600)
     max_body_bytes: int = Field(65_536, ge=1024, le=16 * 1024 * 1024)
+    # Bounded resources (DESIGN §15): a request's head, how long it may take, a WebSocket frame, and the
+    # streams (long-polls, event streams, device links) one token may hold open at once in a process.
+    max_header_bytes: int = Field(16_384, ge=1024, le=1024 * 1024)
+    header_timeout_seconds: float = Field(10.0, gt=0, le=300)
+    ws_max_frame_bytes: int = Field(65_536, ge=1024, le=16 * 1024 * 1024)
+    max_streams_per_credential: int = Field(8, ge=1, le=10_000)
+    retention_days: int = Field(30, ge=1, le=36_500)  # message bodies are erased after this many days
     mcp_wait_seconds: float = Field(60, ge=0, le=300)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
 

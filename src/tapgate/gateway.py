@@ -6,9 +6,10 @@ from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, Protocol
 
-from tapgate.domain.accounts import User
+from tapgate.domain.accounts import Credential, User
 from tapgate.domain.audit import AuditEntry
 from tapgate.domain.devices import Device
+from tapgate.domain.errors import Unauthenticated
 from tapgate.domain.events import Event
 from tapgate.domain.inbox import Approval
 from tapgate.domain.invocations import Invocation
@@ -30,6 +31,7 @@ from tapgate.services import (
     notices,
     pairings,
     sessions,
+    tokens,
     tools,
 )
 from tapgate.services.answering import Answered
@@ -43,6 +45,8 @@ from tapgate.services.invoking import Call, View
 from tapgate.services.outbox import PushStats
 from tapgate.services.pairings import Claimed
 from tapgate.services.push_worker import PushWorker
+from tapgate.services.retention import Pruned, RetentionSweeper, prune
+from tapgate.services.usage import UsageRecorder
 
 
 class Background(Protocol):
@@ -76,6 +80,8 @@ class Gateway:
         self.public_url = public_url
         self._auth = AuthCache(lambda: clock.now().timestamp())
         wake.listen(self._auth.on_notify)
+        self._usage = UsageRecorder(store, clock)
+        self._retention = RetentionSweeper(self.ctx)
         self._background = list(background)
         self._sweeper = Sweeper(self.ctx, sweep_seconds)
         self._pusher = PushWorker(self.ctx, push) if device_channel and push is not None else None
@@ -106,12 +112,16 @@ class Gateway:
         the push worker."""
         for service in self._background:
             await service.start()
+        await self._usage.start()
         if self.device_channel:
             self._sweeper.start()
+            self._retention.start()
         if self._pusher is not None:
             await self._pusher.start()
 
     async def close(self) -> None:
+        await self._usage.close()
+        await self._retention.close()
         await self._sweeper.close()
         if self._pusher is not None:
             await self._pusher.close()
@@ -127,16 +137,38 @@ class Gateway:
     async def create_tenant(self, name: str) -> accounts.NewToken:
         return await accounts.create_tenant(self.store, self.clock, name)
 
-    async def create_operator_token(self, tenant_id: str) -> accounts.NewToken:
-        return await accounts.create_operator_token(self.store, self.clock, tenant_id)
+    async def create_operator_token(
+        self, tenant_id: str, expires_in_seconds: int | None = None
+    ) -> accounts.NewToken:
+        return await accounts.create_operator_token(self.store, self.clock, tenant_id, expires_in_seconds)
 
     async def authenticate(self, token: str) -> Principal:
         cached = None if self.ctx.wake.degraded else self._auth.principal(token)
-        if cached is not None:
-            return cached
-        principal = await accounts.authenticate(self.store, token)
-        self._auth.keep(token, principal)
+        principal = cached if cached is not None else await accounts.authenticate(self.store, token)
+        if principal.expired(self.clock.now()):
+            raise Unauthenticated("The bearer token has expired; ask for a new one.")
+        if cached is None:
+            self._auth.keep(token, principal)
+        self._usage.seen(principal)
         return principal
+
+    async def token_lapses(self, token: str) -> None:
+        """Return once ``token`` is revoked (in any process) or expires; streams that hold it end then."""
+        await tokens.until_invalid(self.ctx, self.authenticate, token)
+
+    async def list_user_tokens(self, caller: Principal, user_id: str) -> Sequence[Credential]:
+        caller.require(TokenKind.OPERATOR, TokenKind.USER)
+        await self._usage.flush()
+        return await tokens.list_for_user(self.store, caller, user_id)
+
+    async def list_tokens(self, caller: Principal, kind: TokenKind | None) -> Sequence[Credential]:
+        caller.require(TokenKind.OPERATOR)
+        await self._usage.flush()
+        return await tokens.list_for_tenant(self.store, caller, kind)
+
+    async def revoke_token(self, caller: Principal, token_id: str) -> None:
+        caller.require(TokenKind.OPERATOR, TokenKind.USER)
+        await tokens.revoke(self.store, self.clock, caller, token_id)
 
     async def create_user(self, caller: Principal, user_id: str, display_name: str | None) -> User:
         caller.require(TokenKind.OPERATOR)
@@ -150,10 +182,19 @@ class Gateway:
         scopes: Iterable[str] | None = None,
         agent_id: str | None = None,
         require_device_signature: bool | None = None,
+        expires_in_seconds: int | None = None,
     ) -> accounts.NewToken:
         caller.require(TokenKind.OPERATOR)
         return await accounts.create_token(
-            self.store, self.clock, caller, user_id, kind, scopes, agent_id, require_device_signature
+            self.store,
+            self.clock,
+            caller,
+            user_id,
+            kind,
+            scopes,
+            agent_id,
+            require_device_signature,
+            expires_in_seconds,
         )
 
     # the audit journal
@@ -196,6 +237,7 @@ class Gateway:
         tenant's devices change (in any process), so a revoked device still fails its next request."""
         cached = None if self.ctx.wake.degraded else self._auth.device(token)
         if cached is not None:
+            self._usage.seen(cached.principal)
             return cached
         principal = await self.authenticate(token)
         caller = await devices.authenticate_device(self.store, self.clock, principal)
@@ -292,6 +334,10 @@ class Gateway:
     async def sweep(self) -> int:
         """Expire every overdue invocation now (the background sweep does this on its own)."""
         return await sweep(self.ctx)
+
+    async def prune(self) -> Pruned:
+        """Erase the message bodies older than retention_days now (a background sweep does it hourly)."""
+        return await prune(self.ctx)
 
     async def send_pushes(self) -> None:
         """Send every push due now and wait until each is recorded (the push worker does this on its

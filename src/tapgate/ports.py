@@ -16,6 +16,7 @@ from tapgate.domain.inbox import Approval
 from tapgate.domain.ingest import Receipt, Triage
 from tapgate.domain.invocations import Invocation
 from tapgate.domain.pairing import Pairing
+from tapgate.domain.principals import TokenKind
 from tapgate.domain.push import OutboxItem, PushMessage
 from tapgate.domain.sessions import Session
 
@@ -48,6 +49,15 @@ class Credentials(Protocol):
 
     async def revoke_device(self, device_uid: str, at: datetime) -> None:
         """Revoke every token of the device."""
+
+    async def list(self, user_id: str | None = None, kind: TokenKind | None = None) -> Sequence[Credential]:
+        """The tenant's unrevoked credentials (of the user, of the kind), oldest first."""
+
+    async def revoke(self, credential_id: str, at: datetime) -> bool:
+        """Revoke one credential; False if there is none unrevoked of that id."""
+
+    async def touch(self, used: Mapping[str, datetime]) -> None:
+        """Record when each credential was last used (an older time never replaces a newer one)."""
 
 
 class Devices(Protocol):
@@ -135,6 +145,11 @@ class Invocations(Protocol):
     async def due(self, now: datetime, limit: int) -> Sequence[Invocation]:
         """Open invocations whose deadline has passed."""
 
+    async def erase_texts(self, before: datetime, capabilities: Sequence[str]) -> int:
+        """Retention: for resolved calls created before ``before``, empty the arguments of the calls to
+        ``capabilities`` and every result text (the device's message, a late report's); the rows and
+        their argument digests stay. Returns how many rows changed."""
+
 
 class Outbox(Protocol):
     async def add(self, item: OutboxItem) -> None: ...
@@ -214,6 +229,10 @@ class Events(Protocol):
         """Add an event for the user; its sequence number grows in commit order within the tenant."""
 
     async def read(self, user_id: str, after: int, limit: int) -> Sequence[Event]: ...
+
+    async def erase_bodies(self, type: str, fields: Sequence[str], before: datetime) -> int:
+        """Retention: empty ``fields`` of the events of ``type`` older than ``before`` (each keeps an
+        ``erased: true``); the events stay. Returns how many changed."""
 
 
 class Journal(Protocol):

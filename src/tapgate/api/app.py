@@ -11,7 +11,9 @@ from prometheus_client import CollectorRegistry
 from starlette.routing import Route
 
 from tapgate import __version__
-from tapgate.api import errors
+from tapgate.api import errors, reference
+from tapgate.api.json_keys import NoRepeatedKeys
+from tapgate.api.lapse import EndOnLapse
 from tapgate.api.mcp import McpEndpoint
 from tapgate.api.middleware import BodyLimit, Observe
 from tapgate.api.push_metrics import register_push_metrics
@@ -28,9 +30,11 @@ from tapgate.api.routes import (
     link,
     notices,
     pairings,
+    tokens,
     webapp,
 )
 from tapgate.api.schemas import ErrorBody
+from tapgate.api.streams import StreamLimit, StreamSlots
 from tapgate.gateway import Gateway
 from tapgate.mcp_server.http import McpHttp
 from tapgate.mcp_server.server import DEFAULT_WAIT
@@ -55,6 +59,7 @@ def create_app(
     max_body_bytes: int = 65_536,
     mcp_wait: float = DEFAULT_WAIT,
     web_push_key: str | None = None,
+    max_streams_per_credential: int = 8,
 ) -> FastAPI:
     """The HTTP API over ``gateway``; when the device channel is on, also the MCP server at ``/mcp`` (its
     tool calls held ``mcp_wait`` seconds) and the browser phone app at ``/app`` (``web_push_key`` is the
@@ -77,13 +82,18 @@ def create_app(
         version=__version__,
         summary="Let an AI agent act on a person's devices while the person stays in charge.",
         lifespan=lifespan,
+        docs_url=None,  # /docs is drawn by tapgate.api.reference: FastAPI's pulls scripts from a CDN
+        redoc_url=None,
     )
     app.state.gateway = gateway
     app.state.web_push_key = web_push_key
     app.state.metrics = CollectorRegistry()
+    app.state.stream_slots = StreamSlots(max_streams_per_credential)
     errors.install(app)
+    reference.install(app)
     app.include_router(health.router)
     app.include_router(accounts.router, responses=_ERRORS)
+    app.include_router(tokens.router, responses=_ERRORS)
     app.include_router(audit.router, responses=_ERRORS)
     app.include_router(agents.router, responses=_ERRORS)
     app.include_router(invocations.router, responses=_ERRORS)
@@ -103,6 +113,9 @@ def create_app(
         app.include_router(notices.router, responses=_ERRORS)
     if gateway.push_stats is not None:
         register_push_metrics(app.state.metrics, gateway.push_stats)
+    app.add_middleware(NoRepeatedKeys)
+    app.add_middleware(EndOnLapse, gateway=gateway)
+    app.add_middleware(StreamLimit, slots=app.state.stream_slots)
     app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
     app.add_middleware(Observe, registry=app.state.metrics)
     return app

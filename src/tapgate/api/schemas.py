@@ -27,12 +27,34 @@ class NewToken(Request):
     scopes: list[str] | None = Field(None, max_length=10)
     agent_id: str | None = Field(None, max_length=40)
     require_device_signature: bool | None = None
+    expires_in_seconds: int | None = Field(
+        None, ge=1, le=315_360_000, description="The token stops working this many seconds from now"
+    )
 
 
 class TokenView(BaseModel):
     token: str = Field(description="Shown once; tapgate keeps only its hash.")
+    token_id: str
     kind: str
     scopes: list[str]
+    expires_at: datetime | None = None
+
+
+class TokenInfo(BaseModel):
+    """A token as listed: what it may do and when it was used, never its secret."""
+
+    token_id: str
+    kind: str
+    user_id: str | None
+    agent_id: str | None
+    scopes: list[str]
+    created_at: datetime
+    expires_at: datetime | None
+    last_used_at: datetime | None = Field(description="Updated at most once a minute")
+
+
+class TokenList(BaseModel):
+    tokens: list[TokenInfo]
 
 
 class AuditEntryView(BaseModel):

@@ -38,6 +38,12 @@ class Credential:
     device_uid: str | None = None
     require_device_signature: bool | None = None
     revoked_at: datetime | None = None
+    expires_at: datetime | None = None
+    last_used_at: datetime | None = None
+
+    def live(self, now: datetime) -> bool:
+        """Neither revoked nor past its expiry at ``now``."""
+        return self.revoked_at is None and (self.expires_at is None or now < self.expires_at)
 
     def principal(self) -> Principal:
         return Principal(
@@ -49,4 +55,5 @@ class Credential:
             agent_id=self.agent_id,
             device_uid=self.device_uid,
             require_device_signature=self.require_device_signature,
+            expires_at=self.expires_at,
         )

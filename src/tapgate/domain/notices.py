@@ -64,6 +64,10 @@ def _data(data: object) -> dict[str, PushValue]:
         if key in _RESERVED:
             raise InvalidInput(f"data.{key}", f"data.{key} is a key the push itself carries; rename it.")
         checked[key] = _value(key, value)
+    try:  # an id-shaped value can still be a key: data is scanned like ui
+        check_outbound((f"data.{key}", value) for key, value in checked.items() if isinstance(value, str))
+    except SecretRefused as e:
+        raise InvalidInput(e.field, f"{e.field} looks like a secret; tapgate never sends secrets.") from None
     if len(json.dumps(checked, separators=(",", ":"))) > DATA_MAX_BYTES:
         raise InvalidInput("data", f"data takes at most {DATA_MAX_BYTES} bytes as JSON; send fewer ids.")
     return checked

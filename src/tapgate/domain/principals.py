@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 from enum import StrEnum
 
 from tapgate.domain.errors import Forbidden
@@ -45,6 +46,10 @@ class Principal:
     device_uid: str | None = None
     device_id: str | None = None
     require_device_signature: bool | None = None
+    expires_at: datetime | None = None
+
+    def expired(self, now: datetime) -> bool:
+        return self.expires_at is not None and now >= self.expires_at
 
     @property
     def actor(self) -> str:

@@ -34,6 +34,13 @@ Decisions, each kept by the corpus:
 - A URL is refused when it embeds a password (``https://user:pass@host``), not for a user name alone.
 - The text is scanned in its NFKC form, so full-width look-alikes do not hide a key; spans index that form,
   which is the text itself unless it held compatibility characters.
+- A key written so the plain scan misses it is looked for too (DESIGN §15): the text with its separators
+  (spaces, dashes, dots, newlines) removed, and all of a call's strings joined, are searched for the
+  providers' shapes; a match there counts only when it is as jumpy as a random token (so words run
+  together, ``+442079460958:Annasays…``, are not a Telegram token); a run of 32 or more hex digits that
+  decodes to text is scanned as that text. Such a finding's span is the whole text (or the hex run).
+  These looks about double a text's scan time (measured on a loaded machine: 0.6 ms plain, 1.3 ms in
+  all for the 1,000-character SMS of the tests), and keep the corpus's false positives at 0.
 """
 
 from __future__ import annotations
@@ -78,21 +85,32 @@ class SecretRefused(TapgateError):
 
 
 def check_outbound(texts: Iterable[tuple[str, str]]) -> None:
-    """Scan each (field name, text) pair; raise SecretRefused for the first text that holds a secret."""
-    for field, text in texts:
+    """Scan each (field name, text) pair; raise SecretRefused for the first text that holds a secret,
+    then for a key split across the texts (all of them joined, in order)."""
+    pairs = list(texts)
+    for field, text in pairs:
         finding = scan(text)
         if finding is not None:
             raise SecretRefused(field, finding)
+    if len(pairs) > 1:
+        joined = "".join(_nfkc(text) for _, text in pairs)
+        finding = _shapes(joined, _lower(joined), tokens_only=True, jumpy=True) or _split_token(joined)
+        if finding is not None:
+            raise SecretRefused(" + ".join(field for field, _ in pairs), finding)
 
 
 def scan(text: str) -> SecretFinding | None:
-    """The first secret in ``text``, by rule order (provider shapes first, entropy last), or None.
+    """The first secret in ``text``, by rule order (provider shapes first, entropy last), or None; then a
+    key split by separators or hex-encoded.
 
     Never raises, whatever the text.
     """
-    if not unicodedata.is_normalized("NFKC", text):
-        text = unicodedata.normalize("NFKC", text)
-    return _scan(text, decode_base64=True)
+    text = _nfkc(text)
+    return _scan(text, decode_base64=True) or _split_token(text) or _hex_encoded(text)
+
+
+def _nfkc(text: str) -> str:
+    return text if unicodedata.is_normalized("NFKC", text) else unicodedata.normalize("NFKC", text)
 
 
 # --- rules ------------------------------------------------------------------------------------------
@@ -392,11 +410,24 @@ _SSH_KEY_BLOB = re.compile(rb"\x00\x00\x00[\x07-\x20](?:ssh-|ecdsa-|sk-)")
 
 
 def _scan(text: str, decode_base64: bool) -> SecretFinding | None:
+    lowered = _lower(text)
+    return _shapes(text, lowered) or _named_value(text, lowered) or _high_entropy_run(text, decode_base64)
+
+
+def _lower(text: str) -> str:
     lowered = text.lower()
     if len(lowered) != len(text):  # a few letters lower-case to two characters; keep offsets aligned
         lowered = "".join(c if len(c.lower()) != 1 else c.lower() for c in text)
+    return lowered
+
+
+def _shapes(text: str, lowered: str, tokens_only: bool = False, jumpy: bool = False) -> SecretFinding | None:
+    """The first provider shape in ``text``; ``tokens_only`` skips the rules that need words around the
+    secret, ``jumpy`` keeps only matches that change character class as often as random tokens do."""
     runs = " ".join(_LONG_RUN.findall(lowered))
     for rule in _RULES:
+        if tokens_only and not rule.in_run:
+            continue
         haystack = runs if rule.in_run else lowered
         if not haystack or not any(k in haystack for k in rule.keywords):
             continue
@@ -404,9 +435,43 @@ def _scan(text: str, decode_base64: bool) -> SecretFinding | None:
             start = match.start()
             if rule.in_run and start > 0 and text[start - 1] in _TOKEN_CHARS:
                 continue
+            if jumpy and _switch_ratio(match.group()) < 0.3:
+                continue
             if rule.check is None or rule.check(match):
                 return SecretFinding(rule.kind, *match.span(rule.group))
-    return _named_value(text, lowered) or _high_entropy_run(text, decode_base64)
+    return None
+
+
+_WHITESPACE = re.compile(r"\s+")
+_SEPARATOR_RUNS = re.compile(r"[\s.\-]+")
+_HEX_RUN = re.compile(r"(?<![0-9A-Fa-f])(?:[0-9A-Fa-f]{2}){16,}(?![0-9A-Fa-f])")
+
+
+def _split_token(text: str) -> SecretFinding | None:
+    """A provider's token with separators (spaces, dashes, dots, newlines) put into it."""
+    squeezed_space = _WHITESPACE.sub("", text)
+    for squeezed in dict.fromkeys((squeezed_space, _SEPARATOR_RUNS.sub("", squeezed_space))):
+        if squeezed == text:
+            continue  # nothing was taken out: the plain scan saw this text already
+        finding = _shapes(squeezed, _lower(squeezed), tokens_only=True, jumpy=True)
+        if finding is not None:
+            return SecretFinding(finding.kind, 0, len(text))
+    return None
+
+
+def _hex_encoded(text: str) -> SecretFinding | None:
+    """A secret written as the hex of its text."""
+    for match in _HEX_RUN.finditer(text):
+        try:
+            decoded = bytes.fromhex(match.group()).decode()
+        except (ValueError, UnicodeDecodeError):
+            continue
+        if not decoded.replace("\n", " ").isprintable():
+            continue
+        finding = _scan(decoded, decode_base64=False) or _split_token(decoded)
+        if finding is not None:
+            return SecretFinding(finding.kind, *match.span())
+    return None
 
 
 def _named_value(text: str, lowered: str) -> SecretFinding | None:

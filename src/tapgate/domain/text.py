@@ -33,3 +33,18 @@ def check_display_text(value: str, field: str, max_length: int, allow_newlines: 
             field, f"{field} contains {bad}, a control, format or invisible character; remove it."
         )
     return value
+
+
+def reveal_hidden(text: str) -> tuple[str, bool]:
+    """``text`` with every character that could hide or reorder what is read (bidirectional controls,
+    zero-width and other format characters, the tag block, controls but newline and tab, invisible
+    fillers) shown as a visible ``⟨U+XXXX⟩``; and whether there was any."""
+    if unsafe_character(text, allow_newlines=True) is None and "\r" not in text:
+        return text, False
+    shown = []
+    for ch in text:
+        if ch not in "\n\t" and (unicodedata.category(ch) in _BAD_CATEGORIES or ch in _INVISIBLE):
+            shown.append(f"⟨U+{ord(ch):04X}⟩")
+        else:
+            shown.append(ch)
+    return "".join(shown), True

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 
 from tapgate.domain.accounts import Credential, Tenant, User
 from tapgate.domain.audit import AuditRecord
@@ -22,6 +23,7 @@ class NewToken:
     kind: TokenKind
     scopes: frozenset[Scope]
     credential_id: str
+    expires_at: datetime | None = None
 
 
 async def create_tenant(store: Store, clock: Clock, name: str, actor: str = "cli") -> NewToken:
@@ -45,16 +47,44 @@ async def create_tenant(store: Store, clock: Clock, name: str, actor: str = "cli
     return NewToken(issued.token, TokenKind.OPERATOR, frozenset(), issued.credential_id)
 
 
-async def create_operator_token(store: Store, clock: Clock, tenant_id: str, actor: str = "cli") -> NewToken:
+MAX_EXPIRY_SECONDS = 10 * 365 * 86_400
+
+
+def expiry(now: datetime, expires_in_seconds: int | None) -> datetime | None:
+    """When a token minted at ``now`` expires (None: never). Raises InvalidInput."""
+    if expires_in_seconds is None:
+        return None
+    if (
+        isinstance(expires_in_seconds, bool)
+        or not isinstance(expires_in_seconds, int)
+        or not 1 <= expires_in_seconds <= MAX_EXPIRY_SECONDS
+    ):
+        raise InvalidInput(
+            "expires_in_seconds",
+            f"expires_in_seconds must be a whole number of seconds from 1 to {MAX_EXPIRY_SECONDS}.",
+        )
+    return now + timedelta(seconds=expires_in_seconds)
+
+
+async def create_operator_token(
+    store: Store, clock: Clock, tenant_id: str, expires_in_seconds: int | None = None, actor: str = "cli"
+) -> NewToken:
     """Another operator token for an existing tenant. Raises NotFound."""
     now = clock.now()
+    expires_at = expiry(now, expires_in_seconds)
     issued = issue_token(TokenKind.OPERATOR, tenant_id)
     async with store.unit_of_work(tenant_id) as uow:
         if await uow.tenants.get() is None:
             raise NotFound(f"There is no tenant {tenant_id!r}; create it with 'tapgate tenant create'.")
         await uow.credentials.add(
             Credential(
-                tenant_id, issued.credential_id, TokenKind.OPERATOR, issued.secret_hash, frozenset(), now
+                tenant_id,
+                issued.credential_id,
+                TokenKind.OPERATOR,
+                issued.secret_hash,
+                frozenset(),
+                now,
+                expires_at=expires_at,
             )
         )
         await uow.journal.append(
@@ -62,7 +92,7 @@ async def create_operator_token(store: Store, clock: Clock, tenant_id: str, acto
             now,
         )
         uow.notify(TENANTS_KEY)  # the push worker starts listening for the new tenant's outbox
-    return NewToken(issued.token, TokenKind.OPERATOR, frozenset(), issued.credential_id)
+    return NewToken(issued.token, TokenKind.OPERATOR, frozenset(), issued.credential_id, expires_at)
 
 
 async def create_user(
@@ -105,6 +135,7 @@ async def create_token(
     scopes: Iterable[str] | None = None,
     agent_id: str | None = None,
     require_device_signature: bool | None = None,
+    expires_in_seconds: int | None = None,
 ) -> NewToken:
     """Mint a user or agent token bound to ``user_id``. Raises InvalidInput, NotFound."""
     if kind not in (TokenKind.USER, TokenKind.AGENT):
@@ -119,6 +150,7 @@ async def create_token(
     elif agent_id is not None:
         raise InvalidInput("agent_id", "agent_id applies to agent tokens only.")
     now = clock.now()
+    expires_at = expiry(now, expires_in_seconds)
     issued = issue_token(kind, caller.tenant_id)
     async with store.unit_of_work(caller.tenant_id) as uow:
         if await uow.users.get(user_id) is None:
@@ -134,6 +166,7 @@ async def create_token(
                 user_id=user_id,
                 agent_id=agent_id,
                 require_device_signature=require_device_signature,
+                expires_at=expires_at,
             )
         )
         await uow.journal.append(
@@ -145,7 +178,7 @@ async def create_token(
             ),
             now,
         )
-    return NewToken(issued.token, kind, granted, issued.credential_id)
+    return NewToken(issued.token, kind, granted, issued.credential_id, expires_at)
 
 
 async def authenticate(store: Store, token: str) -> Principal:

@@ -28,6 +28,7 @@ class Limits:
     push_lease_seconds: float = 60.0  # a worker's claim on a row; past it, another worker may send it
     push_sweep_seconds: float = 5.0  # the worker looks again this often, notified or not
     notice_text: bool = False  # notices may show the person the agent's own title and body
+    retention_days: int = 30  # message bodies are erased after this many days (services/retention.py)
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,11 +8,12 @@ from datetime import datetime, timedelta
 
 from tapgate.domain.audit import AuditRecord
 from tapgate.domain.errors import Conflict, RateLimited
-from tapgate.domain.events import INGEST_MESSAGE
+from tapgate.domain.events import INGEST_MESSAGE, EventValue
 from tapgate.domain.ids import new_id
 from tapgate.domain.ingest import FRAMING, Receipt, Triage, check_inbound, seconds_to_next_day, utc_day
 from tapgate.domain.principals import Scope
 from tapgate.domain.sessions import Session, SessionKind
+from tapgate.domain.text import reveal_hidden
 from tapgate.ports import UnitOfWork
 from tapgate.services.context import Context, events_key
 from tapgate.services.devices import DeviceCaller, require_device_scope
@@ -51,12 +52,14 @@ async def ingest(
                         retry_after=wait,
                     )
                 session_id = await _triage_session(ctx, uow, caller, channel, now)
-                data = {
+                body, hidden = reveal_hidden(inbound.body)
+                data: dict[str, EventValue] = {
                     "device_id": device.device_id,
                     "channel": channel,
                     "session_id": session_id,
                     "sender": inbound.sender,
-                    "body": inbound.body,
+                    "body": body,
+                    "hidden_characters": hidden,
                     "received_at": inbound.received_at.isoformat(),
                     "trust": "untrusted",
                     "framing": FRAMING,

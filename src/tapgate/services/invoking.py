@@ -463,8 +463,10 @@ async def _journal_refusal(
 
 
 async def result(ctx: Context, caller: Principal, invocation_id: str, wait: float = 0) -> View:
-    """The invocation's view, waiting up to ``wait`` seconds for its answer. Raises NotFound."""
-    caller.require(TokenKind.AGENT, scope=Scope.TOOLS)
+    """The invocation's view, waiting up to ``wait`` seconds for its answer. An agent reads the calls its
+    own agent made; the user's own token reads all of theirs. Raises NotFound."""
+    if caller.kind is not TokenKind.USER:
+        caller.require(TokenKind.AGENT, TokenKind.USER, scope=Scope.TOOLS)
     wait = max(0.0, min(float(wait), MAX_WAIT))
     loop = asyncio.get_running_loop()
     deadline = loop.time() + wait
@@ -491,6 +493,8 @@ async def _read(ctx: Context, caller: Principal, invocation_id: str) -> Invocati
         invocation = await uow.invocations.get(invocation_id)
     if invocation is None or invocation.user_id != caller.user_id:
         raise NotFound(f"There is no invocation {invocation_id!r}.")
+    if caller.kind is TokenKind.AGENT and invocation.agent_id != (caller.agent_id or ""):
+        raise NotFound(f"There is no invocation {invocation_id!r}.")  # another agent's: never told apart
     return invocation
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import json
+from collections.abc import Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -25,6 +26,23 @@ from tapgate.adapters.push._wire import canonical_json, check_kind, post, refuse
 from tapgate.domain.errors import ConfigurationError
 from tapgate.domain.push import PushFailed, PushMessage, SubscriptionGone
 from tapgate.ports import Clock
+
+# The browsers' push services: Chrome and Edge's Chromium (FCM), Firefox (Mozilla autopush), Safari
+# (Apple), Edge's legacy and Windows (WNS). Settable as webpush.hosts.
+DEFAULT_HOSTS: tuple[str, ...] = (
+    "fcm.googleapis.com",
+    "android.googleapis.com",
+    "updates.push.services.mozilla.com",
+    "web.push.apple.com",
+    ".notify.windows.com",
+)
+
+
+def push_host_allowed(host: str, hosts: Sequence[str]) -> bool:
+    """Whether ``host`` is one of ``hosts`` (an entry starting with '.' also admits its subdomains)."""
+    host = host.lower().rstrip(".")
+    return any(host == h or (h.startswith(".") and host.endswith(h)) for h in hosts)
+
 
 KIND = "webpush"
 SERVICE = "The Web Push service"
@@ -47,9 +65,12 @@ class WebPushSender:
         ttl: int = 3600,
         timeout: float = 10.0,
         https_only: bool = True,
+        hosts: Sequence[str] = DEFAULT_HOSTS,
     ) -> None:
         """``ttl`` is how long the push service keeps a push for a browser that is away; ``https_only``
-        refuses endpoints that are not https (turned off only to test against loopback).
+        refuses endpoints that are not https (turned off only to test against loopback); ``hosts`` are
+        the push services an endpoint may name (an entry starting with '.' admits its subdomains), so a
+        subscription cannot make the gateway post anywhere else.
 
         Raises ConfigurationError for a key that is not a P-256 private key or an unusable subject."""
         self._client = client
@@ -59,6 +80,7 @@ class WebPushSender:
         self._ttl = ttl
         self._timeout = timeout
         self._https_only = https_only
+        self._hosts = tuple(h.lower() for h in hosts)
         try:
             self._vapid.sign({"sub": subject, "aud": "https://push.example", "exp": 1})
         except VapidException as e:
@@ -141,6 +163,8 @@ class WebPushSender:
         allowed = ("https",) if self._https_only else ("https", "http")
         if parts.scheme not in allowed or not parts.hostname:
             raise unusable
+        if not push_host_allowed(parts.hostname, self._hosts):
+            raise PushFailed("The Web Push endpoint is not on a known push service.", retryable=False)
         origin = f"{parts.scheme}://{parts.hostname}" + (f":{port}" if port is not None else "")
         return {"endpoint": endpoint, "keys": {"p256dh": keys["p256dh"], "auth": keys["auth"]}}, origin
 

@@ -21,6 +21,7 @@ from tapgate.domain.inbox import Approval, ApprovalStatus
 from tapgate.domain.ingest import Receipt, Triage
 from tapgate.domain.invocations import CONFIRMED_ON_DEVICE, Invocation, Status
 from tapgate.domain.pairing import Pairing
+from tapgate.domain.principals import TokenKind
 from tapgate.domain.push import OutboxItem, OutboxStatus
 from tapgate.domain.sessions import Session
 
@@ -166,6 +167,32 @@ class _Credentials(_Repo):
         for key, credential in list(self.state.credentials.items()):
             if key[0] == self.tenant_id and credential.device_uid == device_uid and not credential.revoked_at:
                 self.state.credentials[key] = replace(credential, revoked_at=at)
+
+    async def list(self, user_id: str | None = None, kind: TokenKind | None = None) -> Sequence[Credential]:
+        found = [
+            c
+            for (tenant, _), c in self.state.credentials.items()
+            if tenant == self.tenant_id
+            and c.revoked_at is None
+            and (user_id is None or c.user_id == user_id)
+            and (kind is None or c.kind is kind)
+        ]
+        return sorted(found, key=lambda c: (c.created_at, c.credential_id))
+
+    async def revoke(self, credential_id: str, at: datetime) -> bool:
+        key = (self.tenant_id, credential_id)
+        credential = self.state.credentials.get(key)
+        if credential is None or credential.revoked_at is not None:
+            return False
+        self.state.credentials[key] = replace(credential, revoked_at=at)
+        return True
+
+    async def touch(self, used: Mapping[str, datetime]) -> None:
+        for credential_id, at in used.items():
+            key = (self.tenant_id, credential_id)
+            credential = self.state.credentials.get(key)
+            if credential is not None and (credential.last_used_at is None or credential.last_used_at < at):
+                self.state.credentials[key] = replace(credential, last_used_at=at)
 
 
 class _Devices(_Repo):
@@ -356,6 +383,22 @@ class _Invocations(_Repo):
         due = [i for i in self._mine() if i.status.open and i.expires_at <= now]
         return sorted(due, key=lambda i: i.expires_at)[:limit]
 
+    async def erase_texts(self, before: datetime, capabilities: Sequence[str]) -> int:
+        changed = 0
+        for i in self._mine():
+            if i.status.open or i.created_at >= before:
+                continue
+            erased = replace(
+                i,
+                arguments={} if i.capability in capabilities else i.arguments,
+                message=None,
+                late_message=None,
+            )
+            if erased != i:
+                self.state.invocations[(self.tenant_id, i.invocation_id)] = erased
+                changed += 1
+        return changed
+
 
 class _Events(_Repo):
     async def append(self, user_id: str, type: str, data: Mapping[str, EventValue], at: datetime) -> int:
@@ -367,6 +410,16 @@ class _Events(_Repo):
     async def read(self, user_id: str, after: int, limit: int) -> Sequence[Event]:
         events = self.state.events.get(self.tenant_id, [])
         return [e for e in events[after:] if e.user_id == user_id][:limit]
+
+    async def erase_bodies(self, type: str, fields: Sequence[str], before: datetime) -> int:
+        events = self.state.events.get(self.tenant_id, [])
+        changed = 0
+        for n, e in enumerate(events):
+            if e.type == type and e.created_at < before and not e.data.get("erased"):
+                data = {**e.data, **dict.fromkeys(fields, ""), "erased": True}
+                events[n] = replace(e, data=data)
+                changed += 1
+        return changed
 
 
 _PUSHED = (OutboxStatus.QUEUED, OutboxStatus.SENT)

@@ -243,6 +243,8 @@ class _Credentials(_Repo):
             "require_device_signature": credential.require_device_signature,
             "created_at": credential.created_at,
             "revoked_at": credential.revoked_at,
+            "expires_at": credential.expires_at,
+            "last_used_at": credential.last_used_at,
         }
         await self._insert(t.credentials, row, "That credential exists already.")
 
@@ -259,6 +261,38 @@ class _Credentials(_Repo):
             .where(c.tenant_id == self.tenant_id, c.device_uid == device_uid, c.revoked_at.is_(None))
             .values(revoked_at=at)
         )
+
+    async def list(self, user_id: str | None = None, kind: TokenKind | None = None) -> Sequence[Credential]:
+        c = t.credentials.c
+        query = select(t.credentials).where(c.tenant_id == self.tenant_id, c.revoked_at.is_(None))
+        if user_id is not None:
+            query = query.where(c.user_id == user_id)
+        if kind is not None:
+            query = query.where(c.kind == kind.value)
+        rows = await self.conn.execute(query.order_by(c.created_at, c.credential_id))
+        return [_credential(row) for row in rows]
+
+    async def revoke(self, credential_id: str, at: datetime) -> bool:
+        c = t.credentials.c
+        done = await self.conn.execute(
+            update(t.credentials)
+            .where(c.tenant_id == self.tenant_id, c.credential_id == credential_id, c.revoked_at.is_(None))
+            .values(revoked_at=at)
+        )
+        return bool(done.rowcount)
+
+    async def touch(self, used: Mapping[str, datetime]) -> None:
+        c = t.credentials.c
+        for credential_id, at in used.items():
+            await self.conn.execute(
+                update(t.credentials)
+                .where(
+                    c.tenant_id == self.tenant_id,
+                    c.credential_id == credential_id,
+                    or_(c.last_used_at.is_(None), c.last_used_at < at),
+                )
+                .values(last_used_at=at)
+            )
 
 
 def _is_unique_violation(error: IntegrityError) -> bool:
@@ -285,6 +319,8 @@ def _credential(row: Any) -> Credential:
         device_uid=row.device_uid,
         require_device_signature=row.require_device_signature,
         revoked_at=row.revoked_at,
+        expires_at=row.expires_at,
+        last_used_at=row.last_used_at,
     )
 
 
@@ -568,6 +604,21 @@ def _invocation(r: Any) -> Invocation:
 
 
 class _Invocations(_Repo):
+    async def erase_texts(self, before: datetime, capabilities: Sequence[str]) -> int:
+        c = t.invocations.c
+        old = (c.tenant_id == self.tenant_id, c.created_at < before, c.status.notin_(list(OPEN)))
+        arguments = await self.conn.execute(
+            update(t.invocations)
+            .where(*old, c.capability.in_(list(capabilities)), c.arguments != "{}")
+            .values(arguments="{}")
+        )
+        texts = await self.conn.execute(
+            update(t.invocations)
+            .where(*old, or_(c.message.is_not(None), c.late_message.is_not(None)))
+            .values(message=None, late_message=None)
+        )
+        return int(arguments.rowcount or 0) + int(texts.rowcount or 0)
+
     async def add(self, invocation: Invocation) -> None:
         i = invocation
         row = {
@@ -1052,6 +1103,25 @@ class _Ingests(_Repo):
 
 
 class _Events(_Repo):
+    async def erase_bodies(self, type: str, fields: Sequence[str], before: datetime) -> int:
+        c = t.events.c
+        rows = await self.conn.execute(
+            select(c.seq, c.data).where(c.tenant_id == self.tenant_id, c.type == type, c.created_at < before)
+        )
+        changed = 0
+        for row in rows.all():
+            data = json.loads(row.data)
+            if data.get("erased"):
+                continue
+            data.update(dict.fromkeys(fields, ""), erased=True)
+            await self.conn.execute(
+                update(t.events)
+                .where(c.tenant_id == self.tenant_id, c.seq == row.seq)
+                .values(data=json.dumps(data, sort_keys=True))
+            )
+            changed += 1
+        return changed
+
     async def append(self, user_id: str, type: str, data: Mapping[str, EventValue], at: datetime) -> int:
         seq = await self.conn.scalar(q.NEXT_EVENT, {"tenant": self.tenant_id})
         if seq is None:

@@ -82,8 +82,11 @@ credentials = Table(
     Column("require_device_signature", Boolean),
     Column("created_at", UtcDateTime, nullable=False),
     Column("revoked_at", UtcDateTime),
+    Column("expires_at", UtcDateTime),
+    Column("last_used_at", UtcDateTime),  # written at most once a minute per token, in batches
     ForeignKeyConstraint(["tenant_id"], ["tenants.tenant_id"], ondelete="CASCADE"),
     ForeignKeyConstraint(["tenant_id", "user_id"], ["users.tenant_id", "users.user_id"], ondelete="CASCADE"),
+    Index("credentials_user", "tenant_id", "user_id"),
 )
 
 audit_heads = Table(

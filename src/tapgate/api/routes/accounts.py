@@ -25,6 +25,18 @@ async def create_user(body: NewUser, caller: Caller, gw: GatewayDep) -> UserView
 )
 async def create_token(user_id: str, body: NewToken, caller: Caller, gw: GatewayDep) -> TokenView:
     new = await gw.create_token(
-        caller, user_id, TokenKind(body.kind), body.scopes, body.agent_id, body.require_device_signature
+        caller,
+        user_id,
+        TokenKind(body.kind),
+        body.scopes,
+        body.agent_id,
+        body.require_device_signature,
+        body.expires_in_seconds,
     )
-    return TokenView(token=new.token, kind=new.kind.value, scopes=sorted(new.scopes))
+    return TokenView(
+        token=new.token,
+        token_id=new.credential_id,
+        kind=new.kind.value,
+        scopes=sorted(new.scopes),
+        expires_at=new.expires_at,
+    )

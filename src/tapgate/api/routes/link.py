@@ -16,8 +16,10 @@ import logging
 from fastapi import APIRouter, WebSocket, WebSocketDisconnect
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
+from tapgate.api.errors import error_response
+from tapgate.api.streams import RETRY_AFTER_SECONDS, StreamSlots
 from tapgate.api.views import device_invocation
-from tapgate.domain.errors import TapgateError
+from tapgate.domain.errors import RateLimited, TapgateError
 from tapgate.domain.frames import REVOKED_FRAME, DeviceAuth, DeviceEvent, DeviceResult, parse_frame
 from tapgate.gateway import Gateway
 from tapgate.services.context import device_key, wait_slice
@@ -30,6 +32,7 @@ REFRESH_SECONDS = 25.0
 LINK_SECONDS = 60.0
 UNAUTHORIZED = 4401
 REVOKED = 4403
+TOO_MANY = 4429
 
 
 class LinkMetrics:
@@ -50,12 +53,44 @@ def _bearer(ws: WebSocket) -> str | None:
 async def connect(ws: WebSocket) -> None:
     gateway: Gateway = ws.app.state.gateway
     metrics: LinkMetrics = ws.app.state.link_metrics
-    await ws.accept()
+    slots: StreamSlots = ws.app.state.stream_slots
     token, claimed = _bearer(ws), None
+    slot = StreamSlots.key(token) if token else None
+    if slot is not None and not slots.take(slot):
+        await _deny(ws, slots.refusal())
+        return
+    try:
+        await _serve(ws, gateway, metrics, slots, token, claimed, slot)
+    finally:
+        if slot is not None:
+            slots.give(slot)
+
+
+async def _deny(ws: WebSocket, reason: str) -> None:
+    """429 before the upgrade where the server can answer it, else a close that says why."""
+    if "websocket.http.response" in ws.scope.get("extensions", {}):
+        headers = {"Retry-After": str(RETRY_AFTER_SECONDS)}
+        await ws.send_denial_response(error_response(429, RateLimited.code, reason, headers))
+        return
+    await ws.accept()
+    with contextlib.suppress(Exception):
+        await ws.close(code=TOO_MANY, reason=reason[:120])
+
+
+async def _serve(
+    ws: WebSocket,
+    gateway: Gateway,
+    metrics: LinkMetrics,
+    slots: StreamSlots,
+    token: str | None,
+    claimed: str | None,
+    slot: str | None,
+) -> None:
+    await ws.accept()
     if token is None:
         try:
             raw = await asyncio.wait_for(ws.receive_text(), timeout=AUTH_SECONDS)
-        except (TimeoutError, WebSocketDisconnect):
+        except (TimeoutError, WebSocketDisconnect, KeyError, RuntimeError):  # KeyError: a binary frame
             await _close(ws, UNAUTHORIZED)
             return
         frame = parse_frame(raw)
@@ -72,6 +107,23 @@ async def connect(ws: WebSocket) -> None:
     if claimed is not None and claimed != caller.device.device_id:
         await _close(ws, UNAUTHORIZED)
         return
+    if slot is None:  # authenticated by its first frame: counted now
+        slot = StreamSlots.key(token)
+        if slot is None or not slots.take(slot):
+            with contextlib.suppress(Exception):
+                await ws.close(code=TOO_MANY, reason=slots.refusal()[:120])
+            return
+        try:
+            await _link(ws, gateway, metrics, caller, token)
+        finally:
+            slots.give(slot)
+        return
+    await _link(ws, gateway, metrics, caller, token)
+
+
+async def _link(
+    ws: WebSocket, gateway: Gateway, metrics: LinkMetrics, caller: DeviceCaller, token: str
+) -> None:
     metrics.links.inc()
     try:
         await DeviceLink(gateway, ws, caller, metrics, token).run()
@@ -98,12 +150,17 @@ class DeviceLink:
         await self.gateway.hold_link(self.caller, LINK_SECONDS)
         sending = asyncio.create_task(self._send())
         receiving = asyncio.create_task(self._receive())
+        lapsing = asyncio.create_task(self.gateway.token_lapses(self.token))
         try:
-            await asyncio.wait({sending, receiving}, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait({sending, receiving, lapsing}, return_when=asyncio.FIRST_COMPLETED)
+            if lapsing.done() and not sending.done():  # revoked or expired, in this process or another
+                with contextlib.suppress(Exception):
+                    await self.ws.send_text(json.dumps(REVOKED_FRAME))
+                await _close(self.ws, REVOKED)
         finally:
-            for task in (sending, receiving):
+            for task in (sending, receiving, lapsing):
                 task.cancel()
-            for task in (sending, receiving):
+            for task in (sending, receiving, lapsing):
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
             with contextlib.suppress(TapgateError):

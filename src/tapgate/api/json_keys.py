@@ -1,0 +1,74 @@
+"""Every JSON body names each key once: a body that repeats one (at any depth) is 400, before any route
+reads it, so no two parsers can disagree on which value counts (DESIGN §15)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from tapgate.api.errors import error_response
+from tapgate.domain.errors import MalformedRequest
+
+
+class _Repeated(ValueError):
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+
+def _no_repeats(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    seen: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in seen:
+            raise _Repeated(key)
+        seen[key] = value
+    return seen
+
+
+def repeated_key(body: bytes) -> str | None:
+    """The first key the JSON ``body`` repeats; None if it repeats none or is not JSON at all (the route
+    answers that)."""
+    try:
+        json.loads(body, object_pairs_hook=_no_repeats)
+    except _Repeated as e:
+        return e.key
+    except (ValueError, RecursionError):
+        return None
+    return None
+
+
+class NoRepeatedKeys:
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] not in ("POST", "PUT", "PATCH", "DELETE"):
+            await self.app(scope, receive, send)
+            return
+        messages: list[Message] = []
+        chunks: list[bytes] = []
+        while True:
+            message = await receive()
+            messages.append(message)
+            if message["type"] != "http.request":
+                break
+            chunks.append(message.get("body", b""))
+            if not message.get("more_body", False):
+                break
+        body = b"".join(chunks)
+        key = repeated_key(body) if body.lstrip()[:1] in (b"{", b"[") else None
+        if key is not None:
+            shown = key if len(key) <= 40 else key[:40] + "…"
+            message_text = f"The body repeats the key {shown!r}; name each field once."
+            await error_response(400, MalformedRequest.code, message_text)(scope, receive, send)
+            return
+        pending = list(messages)
+
+        async def replay() -> Message:
+            if pending:
+                return pending.pop(0)
+            return await receive()
+
+        await self.app(scope, replay, send)

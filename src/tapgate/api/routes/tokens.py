@@ -1,0 +1,63 @@
+"""Tokens have a life: list them without their secrets, and revoke one (DESIGN §15)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, Path, Query, Response
+
+from tapgate.api.auth import Caller, GatewayDep
+from tapgate.api.schemas import TokenInfo, TokenList
+from tapgate.domain.accounts import Credential
+from tapgate.domain.principals import TokenKind
+
+router = APIRouter(tags=["tokens"])
+TokenId = Annotated[str, Path(max_length=40, description="A token's id, as listed (not the token)")]
+
+
+def _listed(credentials: Sequence[Credential]) -> TokenList:
+    return TokenList(
+        tokens=[
+            TokenInfo(
+                token_id=c.credential_id,
+                kind=c.kind.value,
+                user_id=c.user_id,
+                agent_id=c.agent_id,
+                scopes=sorted(c.scopes),
+                created_at=c.created_at,
+                expires_at=c.expires_at,
+                last_used_at=c.last_used_at,
+            )
+            for c in credentials
+        ]
+    )
+
+
+@router.get(
+    "/v1/users/{user_id}/tokens",
+    response_model=TokenList,
+    summary="The user's tokens, without their secrets (operator, or that user)",
+)
+async def user_tokens(user_id: str, caller: Caller, gw: GatewayDep) -> TokenList:
+    return _listed(await gw.list_user_tokens(caller, user_id))
+
+
+@router.get("/v1/tokens", response_model=TokenList, summary="The tenant's tokens of a kind (operator)")
+async def tenant_tokens(
+    caller: Caller,
+    gw: GatewayDep,
+    kind: Annotated[Literal["operator", "user", "agent", "device"] | None, Query()] = None,
+) -> TokenList:
+    return _listed(await gw.list_tokens(caller, TokenKind(kind) if kind else None))
+
+
+@router.delete(
+    "/v1/tokens/{token_id}",
+    status_code=204,
+    response_class=Response,
+    summary="Revoke a token now, in every process (operator; a user for their own user and agent tokens)",
+)
+async def revoke_token(token_id: TokenId, caller: Caller, gw: GatewayDep) -> Response:
+    await gw.revoke_token(caller, token_id)
+    return Response(status_code=204)

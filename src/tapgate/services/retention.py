@@ -1,0 +1,68 @@
+"""Retention (DESIGN §15): after ``retention_days`` the message bodies tapgate held for a person are
+erased: forwarded SMS bodies (and their senders), the arguments of ``sms_send`` and ``phone_actions``
+calls, and every result text. Rows, argument digests, receipts and the audit journal stay, so what
+happened can still be told and verified; what was said cannot."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from dataclasses import dataclass
+from datetime import timedelta
+
+from tapgate.domain.devices import PHONE_ACTIONS
+from tapgate.domain.events import INGEST_MESSAGE
+from tapgate.services.context import Context
+
+log = logging.getLogger(__name__)
+TEXT_CAPABILITIES = ("sms_send", PHONE_ACTIONS)
+EVERY_SECONDS = 3600.0
+
+
+@dataclass(frozen=True, slots=True)
+class Pruned:
+    invocations: int = 0
+    events: int = 0
+
+
+async def prune(ctx: Context) -> Pruned:
+    """Erase every body older than the retention period now, tenant by tenant."""
+    before = ctx.clock.now() - timedelta(days=ctx.limits.retention_days)
+    invocations = events = 0
+    for tenant_id in await ctx.store.tenant_ids():
+        async with ctx.store.unit_of_work(tenant_id) as uow:
+            invocations += await uow.invocations.erase_texts(before, TEXT_CAPABILITIES)
+            events += await uow.events.erase_bodies(INGEST_MESSAGE, ("body", "sender"), before)
+    return Pruned(invocations, events)
+
+
+class RetentionSweeper:
+    """Prunes once an hour in the background (and once at start)."""
+
+    def __init__(self, ctx: Context, every: float = EVERY_SECONDS) -> None:
+        self._ctx = ctx
+        self._every = every
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="tapgate-retention")
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                pruned = await prune(self._ctx)
+                if pruned.invocations or pruned.events:
+                    log.info(
+                        "erased old bodies",
+                        extra={"invocations": pruned.invocations, "events": pruned.events},
+                    )
+            except Exception as e:  # a failed prune is tried again at the next round
+                log.error("retention prune failed", extra={"error": type(e).__name__})
+            await asyncio.sleep(self._every)

@@ -1,0 +1,106 @@
+"""Tokens have a life (DESIGN §15): list them without their secrets, revoke one, and know when a token a
+stream holds stops being valid."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable, Sequence
+
+from tapgate.domain.accounts import Credential
+from tapgate.domain.audit import AuditRecord
+from tapgate.domain.errors import Conflict, NotFound, StorageError, Unauthenticated
+from tapgate.domain.principals import Principal, TokenKind
+from tapgate.domain.tokens import parse_token
+from tapgate.ports import Clock, Store
+from tapgate.services.context import Context, auth_key, wait_slice
+
+_NOT_FOUND = "There is no token {!r} you may revoke; list tokens with GET /v1/users/{{user_id}}/tokens."
+IDLE_RECHECK_SECONDS = 300.0  # a stream's token is re-read this often even when nothing was notified
+
+
+async def list_for_user(store: Store, caller: Principal, user_id: str) -> Sequence[Credential]:
+    """The user's live tokens (user, agent and device), oldest first. Raises NotFound."""
+    if not caller.acts_for(user_id):
+        raise NotFound(f"There is no user {user_id!r} in this tenant.")
+    async with store.unit_of_work(caller.tenant_id) as uow:
+        if await uow.users.get(user_id) is None:
+            raise NotFound(f"There is no user {user_id!r} in this tenant.")
+        return await uow.credentials.list(user_id=user_id)
+
+
+async def list_for_tenant(store: Store, caller: Principal, kind: TokenKind | None) -> Sequence[Credential]:
+    """The tenant's live tokens of ``kind`` (every kind when None), oldest first."""
+    async with store.unit_of_work(caller.tenant_id) as uow:
+        return await uow.credentials.list(kind=kind)
+
+
+def _may_revoke(caller: Principal, credential: Credential) -> bool:
+    if caller.kind is TokenKind.OPERATOR:
+        return True
+    return (
+        caller.kind is TokenKind.USER
+        and credential.user_id == caller.user_id
+        and credential.kind in (TokenKind.USER, TokenKind.AGENT)
+    )
+
+
+async def revoke(store: Store, clock: Clock, caller: Principal, token_id: str) -> None:
+    """Revoke one token now, in every process (the tenant's auth wake). Raises NotFound, Conflict."""
+    now = clock.now()
+    async with store.unit_of_work(caller.tenant_id) as uow:
+        credential = await uow.credentials.get(token_id)
+        if credential is None or not credential.live(now) or not _may_revoke(caller, credential):
+            raise NotFound(_NOT_FOUND.format(token_id))
+        if credential.kind is TokenKind.DEVICE:
+            raise Conflict(
+                "A device token ends with its device: remove the device with "
+                "DELETE /v1/users/{user_id}/devices/{device_id}."
+            )
+        if credential.kind is TokenKind.OPERATOR:
+            operators = [c for c in await uow.credentials.list(kind=TokenKind.OPERATOR) if c.live(now)]
+            if len(operators) <= 1:
+                raise Conflict(
+                    "This is the tenant's last operator token; create another with "
+                    "'tapgate token create --tenant T --kind operator' before revoking it."
+                )
+        await uow.credentials.revoke(token_id, now)
+        await uow.journal.append(
+            AuditRecord(
+                "token.revoked",
+                caller.actor,
+                subject=token_id,
+                data={"kind": str(credential.kind), "user_id": credential.user_id or ""},
+            ),
+            now,
+        )
+        uow.notify(auth_key(caller.tenant_id))  # every process forgets the token and ends its streams
+
+
+async def until_invalid(
+    ctx: Context, authenticate: Callable[[str], Awaitable[Principal]], token: str
+) -> None:
+    """Return once ``token`` is no longer valid: revoked (woken by its tenant's auth notification, in
+    any process) or expired (on its own clock). Runs beside a stream that holds the token."""
+    try:
+        tenant = parse_token(token).tenant_id
+    except Unauthenticated:
+        return
+    with ctx.wake.subscribe(auth_key(tenant)) as woken:
+        while True:
+            woken.clear()
+            try:
+                principal = await authenticate(token)
+            except Unauthenticated:
+                return
+            except StorageError:
+                principal = None  # the database is away: keep the stream, look again shortly
+            left = IDLE_RECHECK_SECONDS
+            if principal is None:
+                left = ctx.limits.invocation_poll_seconds
+            elif principal.expires_at is not None:
+                left = min(left, (principal.expires_at - ctx.clock.now()).total_seconds())
+                if left <= 0:
+                    return
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(woken.wait(), timeout=wait_slice(ctx, left))
