@@ -221,6 +221,7 @@ def serve(
         **UVICORN_OPTIONS,
         # Long-polls and device links would hold a shutdown for up to a minute; devices reconnect.
         timeout_graceful_shutdown=SHUTDOWN_GRACE_SECONDS,
+        timeout_keep_alive=settings.keep_alive_seconds,
     )
 
 
