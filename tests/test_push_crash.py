@@ -80,7 +80,10 @@ async def test_a_gateway_killed_between_sending_a_push_and_recording_it_sends_it
         server.port = free_port()
         server.start()
         with anyio.fail_after(60):  # the lease lapses, the restarted worker claims and sends it again
-            while (row := await _row(url, "c-1")).status is OutboxStatus.QUEUED:
+            while True:
+                row = await _row(url, "c-1")
+                if row.status is not OutboxStatus.QUEUED:
+                    break
                 await anyio.sleep(0.1)
         assert (row.status, row.attempts) == (OutboxStatus.SENT, 2)
         assert fakes.hits["replayed"] == 1  # the second send: the same delivery id, refused as a replay
