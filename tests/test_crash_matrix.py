@@ -353,7 +353,9 @@ async def _scenario(point: str, seed: int, database_url: str, db: Database, fold
         invocation_poll_seconds=0.2,
     )
     server = Server(config, env={"TAPGATE_CRASH_AT": point, "TAPGATE_CRASH_AFTER": str(hit)})
-    server.start()
+    # Scenarios run side by side in one event loop: a blocking start (it polls /readyz for up to 30 s)
+    # or wait would stall the others' connections past the server's keep-alive, so both go to a thread.
+    await asyncio.to_thread(server.start)
     try:
         tenant, operator = await new_tenant(database_url)
         keys = {n: new_key("ed25519" if n == "phone" else "p256") for n in ("lamp", "hall", "door", "phone")}
@@ -363,10 +365,7 @@ async def _scenario(point: str, seed: int, database_url: str, db: Database, fold
                 with pytest.raises(Died) as died:
                     await _workload(run, rng, seed, db, tenant)
             assert server.process is not None
-            try:
-                code = server.process.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                code = None
+            code = server.process.returncode if await _exited(server, 60) else None
             assert code == -9, f"the gateway did not die; the workload stopped on {died.value.__cause__!r}"
             assert f"crash point {point} reached" in server.logs(), f"seed {seed}: died elsewhere"
             server.process = None
@@ -391,7 +390,7 @@ async def _scenario(point: str, seed: int, database_url: str, db: Database, fold
             server.env = {}
             # A new port: the old one was free while no gateway ran, and a parallel scenario may hold it.
             server.port = free_port()
-            server.start()
+            await asyncio.to_thread(server.start)
         async with httpx.AsyncClient(base_url=server.url, timeout=60) as client:
             run.client = client  # no connection of the killed process is used again
             await _recover(run, db, tenant, rng)
@@ -402,7 +401,7 @@ async def _scenario(point: str, seed: int, database_url: str, db: Database, fold
         e.add_note(f"the gateway's exit status: {code}; it said: " + server.logs()[-1500:])
         raise
     finally:
-        server.stop()
+        await asyncio.to_thread(server.stop)
 
 
 @contextlib.asynccontextmanager
