@@ -49,7 +49,8 @@ bench: $(BENCH_STAMP)
 # reliability.log for docs/reliability.md.
 RELIABILITY_TESTS := tests/test_crash_matrix.py tests/test_simulation.py tests/test_races.py \
 	tests/test_authorization_matrix.py tests/test_postgres_tenancy.py tests/test_fuzz_api.py \
-	tests/test_fuzz_domain.py tests/test_log_hygiene.py tests/test_secret_scan.py tests/test_ingest.py
+	tests/test_fuzz_domain.py tests/test_fuzz_link.py tests/test_log_hygiene.py tests/test_secret_scan.py \
+	tests/test_ingest.py tests/test_push_crash.py
 
 reliability: $(STAMP)
 	rm -f reliability.log
