@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 BENCH_STAMP := $(VENV)/.installed-bench
 
-.PHONY: demo test serve lint typecheck layers unit reliability bench clean
+.PHONY: demo test test-under-load serve lint typecheck layers unit reliability bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -31,6 +31,12 @@ layers: $(STAMP)
 unit: $(STAMP)
 	$(BIN)/pytest $(PYTEST_ARGS)
 
+# The whole suite three times in a row (RUNS=n to change) while two CPU hogs (HOGS=n) keep the cores busy,
+# with every PostgreSQL and browser test required as in .ci/run; outcomes and wall times go to
+# under-load.log (docs/testing.md).
+test-under-load: $(STAMP)
+	RUNS=$(or $(RUNS),3) HOGS=$(or $(HOGS),2) PYTEST_ARGS="$(PYTEST_ARGS)" .ci/under-load
+
 $(BENCH_STAMP): pyproject.toml $(STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[bench]'
 	touch $(BENCH_STAMP)
@@ -43,7 +49,8 @@ bench: $(BENCH_STAMP)
 # reliability.log for docs/reliability.md.
 RELIABILITY_TESTS := tests/test_crash_matrix.py tests/test_simulation.py tests/test_races.py \
 	tests/test_authorization_matrix.py tests/test_postgres_tenancy.py tests/test_fuzz_api.py \
-	tests/test_fuzz_domain.py tests/test_log_hygiene.py tests/test_secret_scan.py tests/test_ingest.py
+	tests/test_fuzz_domain.py tests/test_fuzz_link.py tests/test_log_hygiene.py tests/test_secret_scan.py \
+	tests/test_ingest.py tests/test_push_crash.py
 
 reliability: $(STAMP)
 	rm -f reliability.log

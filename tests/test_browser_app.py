@@ -37,7 +37,7 @@ DOOR = {
     "params": {"minutes": {"type": "integer", "description": "How long it stays unlocked"}},
     "confirm": True,
 }
-WAIT_MS = 10_000  # the longest any one step of the app may take here
+WAIT_MS = 30_000  # the longest any one step of the app may take here (two busy cores: seconds)
 
 # One event loop for the module, so one Chromium serves every test (each in a fresh profile).
 pytestmark = pytest.mark.asyncio(loop_scope="module")

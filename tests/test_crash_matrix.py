@@ -46,8 +46,27 @@ DOOR = LAMP | {"name": "unlock_door", "description": "Unlock the front door.", "
 SEEDS = scaled(1, 8)
 
 
+# A connection closed under a request before any answer: the gateway died, or a live one closed an idle
+# keep-alive connection as the request went out. Which one, only the process says.
+DROPPED = (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError, httpx.ConnectError)
+DROPPED_TRIES = 4  # a live gateway that drops the same request four times in a row is a failure
+EXIT_SECONDS = 30  # how long a gateway that refuses connections has to show it exited
+
+
 class Died(Exception):
-    """The gateway went away under a request."""
+    """The gateway's process exited under a request."""
+
+
+async def _exited(server: Server, within: float) -> bool:
+    """Whether the gateway's process has exited, waiting up to ``within`` seconds for it to."""
+    process = server.process
+    if process is None:
+        return True
+    try:
+        await asyncio.to_thread(process.wait, within)
+    except subprocess.TimeoutExpired:
+        return False
+    return True
 
 
 @dataclass
@@ -67,10 +86,22 @@ class Run:
     lost_answers: set[str] = field(default_factory=set)
 
     async def request(self, method: str, path: str, token: str, **kwargs: Any) -> httpx.Response:
-        try:
-            return await self.client.request(method, path, headers=bearer(self.tokens[token]), **kwargs)
-        except httpx.TransportError as e:
-            raise Died(path) from e
+        """One request; a connection dropped before any answer is sent again while the gateway runs.
+
+        Only the process having exited says the gateway died: a live server may close an idle
+        keep-alive connection just as a request goes out on it (an ordinary event on a busy machine),
+        and every request of the workload is safe to repeat (calls carry their id, a second answer or
+        decision is refused as already given)."""
+        for attempt in range(1, DROPPED_TRIES + 1):
+            try:
+                return await self.client.request(method, path, headers=bearer(self.tokens[token]), **kwargs)
+            except httpx.TransportError as e:
+                # Refused outright: nothing listens, so the process is going or gone; wait long for it.
+                if await _exited(self.server, EXIT_SECONDS if isinstance(e, httpx.ConnectError) else 1):
+                    raise Died(path) from e
+                if not isinstance(e, DROPPED) or attempt == DROPPED_TRIES:
+                    raise
+        raise AssertionError("unreachable")
 
     async def invoke(self, invocation_id: str, tool: str, wait: float = 0) -> dict[str, Any] | None:
         self.arguments.setdefault(
@@ -226,7 +257,7 @@ async def _until_closed(run: Run, db: Database, tenant: str, ids: str, seconds: 
     loop = asyncio.get_running_loop()
     deadline = loop.time() + seconds
     while True:
-        if run.server.process is None or run.server.process.poll() is not None:
+        if await _exited(run.server, 0):
             raise Died("the server ended")
         open_ = await db.rows(
             "SELECT invocation_id FROM invocations WHERE tenant_id = $1 "
@@ -322,7 +353,9 @@ async def _scenario(point: str, seed: int, database_url: str, db: Database, fold
         invocation_poll_seconds=0.2,
     )
     server = Server(config, env={"TAPGATE_CRASH_AT": point, "TAPGATE_CRASH_AFTER": str(hit)})
-    server.start()
+    # Scenarios run side by side in one event loop: a blocking start (it polls /readyz for up to 30 s)
+    # or wait would stall the others' connections past the server's keep-alive, so both go to a thread.
+    await asyncio.to_thread(server.start)
     try:
         tenant, operator = await new_tenant(database_url)
         keys = {n: new_key("ed25519" if n == "phone" else "p256") for n in ("lamp", "hall", "door", "phone")}
@@ -332,10 +365,7 @@ async def _scenario(point: str, seed: int, database_url: str, db: Database, fold
                 with pytest.raises(Died) as died:
                     await _workload(run, rng, seed, db, tenant)
             assert server.process is not None
-            try:
-                code = server.process.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                code = None
+            code = server.process.returncode if await _exited(server, 60) else None
             assert code == -9, f"the gateway did not die; the workload stopped on {died.value.__cause__!r}"
             assert f"crash point {point} reached" in server.logs(), f"seed {seed}: died elsewhere"
             server.process = None
@@ -360,7 +390,7 @@ async def _scenario(point: str, seed: int, database_url: str, db: Database, fold
             server.env = {}
             # A new port: the old one was free while no gateway ran, and a parallel scenario may hold it.
             server.port = free_port()
-            server.start()
+            await asyncio.to_thread(server.start)
         async with httpx.AsyncClient(base_url=server.url, timeout=60) as client:
             run.client = client  # no connection of the killed process is used again
             await _recover(run, db, tenant, rng)
@@ -371,7 +401,7 @@ async def _scenario(point: str, seed: int, database_url: str, db: Database, fold
         e.add_note(f"the gateway's exit status: {code}; it said: " + server.logs()[-1500:])
         raise
     finally:
-        server.stop()
+        await asyncio.to_thread(server.stop)
 
 
 @contextlib.asynccontextmanager
@@ -413,7 +443,8 @@ async def _matrix(scenarios: list[tuple[str, int]], make: Any, parallel: int) ->
     async def one(point: str, seed: int) -> None:
         async with gate:
             url, db, folder = make(point, seed)
-            figures = await asyncio.wait_for(_scenario(point, seed, url, db, folder), timeout=90)
+            # A bound for a hung scenario, not a speed requirement: a busy machine may take minutes.
+            figures = await asyncio.wait_for(_scenario(point, seed, url, db, folder), timeout=300)
         totals["scenarios"] += 1
         for key in ("calls", "double", "stuck"):
             totals[key] += figures[key]

@@ -1,9 +1,12 @@
 """Log hygiene (G11): a run with a canary in every body, argument, recipient and message; every sink is
 scanned (process log lines, the audit journal, events, push outbox rows) and the canary appears only in
-the one content event, ``ingest.message``."""
+the one content event, ``ingest.message``. On PostgreSQL, rows whose keys carry the canary are made to
+break unique constraints: the driver's error text (``Key (…)=(…zq7canary…) already exists``) reaches no
+log line."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import logging
@@ -14,7 +17,7 @@ import pytest
 
 from tapgate.config import Settings
 from tapgate.logs import JsonFormatter
-from tests.conftest import asgi_client
+from tests.conftest import PostgresDatabase, asgi_client
 from tests.reliability import report
 from tests.world import World, bearer, device_body
 
@@ -180,3 +183,42 @@ def test_at_debug_level_no_token_frame_or_body_reaches_a_real_servers_log(tmp_pa
     assert '"level": "debug"' in log or '"level": "info"' in log  # the server logged at all
     leaks = [s for s in [CANARY, NUMBER, *(t.rsplit("_", 1)[1] for t in secrets_seen)] if s in log]
     assert not leaks, [line for line in log.splitlines() if any(s in line for s in leaks)][:5]
+
+
+@pytest.mark.postgres
+async def test_a_canary_in_a_row_that_breaks_a_postgresql_constraint_reaches_no_log_line(
+    postgres: PostgresDatabase, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    settings = Settings(database_url=postgres.app_url, device_channel_enabled=True, device_sms_enabled=True)
+    async with asgi_client(settings) as client:
+        world = await World(client).start()
+        operator = bearer(world.operator)
+        # A user whose id is the canary, made twice: the second breaks the users' unique key (the service
+        # does not look first; the store turns the driver's error into a 409).
+        r = await client.post("/v1/users", json={"user_id": CANARY}, headers=operator)
+        assert r.status_code == 201, r.text
+        r = await client.post("/v1/users", json={"user_id": CANARY}, headers=operator)
+        assert r.status_code == 409, r.text
+        # A device enrolled twice under the canary's name, and one call made eight times at once under
+        # an id that carries it: the replays that lose the race break the invocations' unique key.
+        body = device_body(f"{CANARY}-lamp", [NOTE], grants=["show_note"])
+        await world.enrol(CANARY, body)
+        r = await client.post(f"/v1/users/{CANARY}/devices", json=body, headers=operator)
+        assert r.status_code == 409, r.text
+        agent = bearer(await world.agent(CANARY))
+        call = {
+            "tool": f"device__{CANARY}_lamp__show_note",
+            "arguments": {"text": f"note {CANARY}"},
+            "invocation_id": f"{CANARY}-call",
+        }
+        answers = await asyncio.gather(
+            *[client.post("/v1/invocations", json=call, headers=agent) for _ in range(8)]
+        )
+        assert {r.status_code for r in answers} == {200}, [r.text for r in answers]
+    # The test's own client logs each URL it calls (logger httpx, http://tapgate.test/…): not the gateway.
+    ours = [r for r in caplog.records if not (r.name == "httpx" and "http://tapgate.test/" in r.getMessage())]
+    lines = [JsonFormatter().format(record) for record in ours]
+    leaked = [line for line in lines if CANARY in line]
+    report("log hygiene postgres constraint errors", log_lines=len(lines), canary_hits=len(leaked))
+    assert not leaked, leaked

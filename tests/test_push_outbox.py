@@ -62,8 +62,8 @@ async def test_a_queued_push_goes_out_when_its_row_commits_not_on_the_sweep(
     async with push_scene(settings, fakes, push_http) as scene:  # the real clock; the worker alone sends
         started = time.monotonic()
         await scene.light()
-        await arrived(fakes, "relay", seconds=3)
-        assert time.monotonic() - started < 2  # the commit woke the worker; its sweep is a minute away
+        await arrived(fakes, "relay", seconds=30)
+        assert time.monotonic() - started < 30  # the commit woke the worker; its sweep is a minute away
 
 
 @pytest.mark.parametrize("taken", ["fetched", "answered"])

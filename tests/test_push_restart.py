@@ -102,7 +102,10 @@ async def test_a_push_committed_before_a_kill_is_sent_after_restart_exactly_once
     """Gate G17 for the outbox. The phone holds a live link (on another worker, say), so its push waits
     out live_ack_seconds first; the gateway is killed within them."""
     url = _database(engine, tmp_path, request)
-    server = Server(_push_config(tmp_path, url, fakes, live_ack_seconds=3)).start()
+    # The call must outlive a kill and a restart on a busy machine: its device's live-link timeout is
+    # far above the test's bounds (a call that expired meanwhile is no longer listed).
+    config = _push_config(tmp_path, url, fakes, live_ack_seconds=3, device_call_timeout_seconds=120)
+    server = Server(config).start()
     try:
         operator = await new_tenant(url)
         async with httpx.AsyncClient(base_url=server.url, timeout=10) as client:

@@ -196,7 +196,9 @@ def test_the_scan_never_raises_for_token_like_text(text: str) -> None:
 def test_pathological_texts_scan_in_bounded_time(text: str) -> None:
     started = time.perf_counter()
     scan(text)
-    assert time.perf_counter() - started < 1.0  # a sanity bound, not a benchmark
+    # A sanity bound, not a benchmark: a backtracking pattern takes minutes; a busy machine, a few times
+    # the usual few milliseconds.
+    assert time.perf_counter() - started < 5.0
 
 
 def test_a_long_sms_scans_fast() -> None:

@@ -245,6 +245,7 @@ def serve(
         ws_max_size=settings.ws_max_frame_bytes,
         # Long-polls and device links would hold a shutdown for up to a minute; devices reconnect.
         timeout_graceful_shutdown=SHUTDOWN_GRACE_SECONDS,
+        timeout_keep_alive=settings.keep_alive_seconds,
     )
 
 

@@ -3,7 +3,10 @@
 It speaks the HTTP API with an agent token and nothing else: it never imports the server side. An HTTP
 error comes back as the class of tapgate's error tree that the server raised (``NotFound``, ``Conflict``,
 ``RateLimited`` …, with the server's ``code`` and message), so an agent catches the same names the
-server documents. Network failures stay ``httpx`` errors.
+server documents. Network failures stay ``httpx`` errors, except that a request safe to repeat (a GET, or
+``invoke``, which always sends an ``invocation_id`` so that a replay answers the same call) is sent once
+more when its connection dropped before any answer, as a stale keep-alive connection does
+(``tapgate.dropped``).
 
     async with Client("http://127.0.0.1:8080", agent_token) as tapgate:
         tools = await tapgate.tools(format="openai")
@@ -26,6 +29,8 @@ import httpx
 
 from tapgate import __version__
 from tapgate.domain import errors
+from tapgate.domain.ids import new_id
+from tapgate.dropped import RETRY_DROPPED, RetryDropped
 
 __all__ = ["Client", "Event", "Invocation", "InvocationStatus", "Result"]
 
@@ -146,7 +151,8 @@ def error_from_response(response: httpx.Response) -> errors.TapgateError:
 
 class Client:
     """An agent's connection to a tapgate gateway. Use it as an async context manager, or call
-    ``aclose()``. ``transport`` replaces the network (``httpx.ASGITransport`` or a mock) in tests."""
+    ``aclose()``. ``transport`` replaces the network (``httpx.ASGITransport`` or a mock) in tests; either
+    way a request safe to repeat is sent once more when its connection dropped before any answer."""
 
     def __init__(
         self,
@@ -164,7 +170,7 @@ class Client:
             base_url=self.url,
             headers={"Authorization": f"Bearer {token}", "User-Agent": f"tapgate-client/{__version__}"},
             timeout=timeout,
-            transport=transport,
+            transport=RetryDropped(transport),
         )
 
     async def __aenter__(self) -> Client:
@@ -208,6 +214,9 @@ class Client:
         A refusal is not an exception: it is an invocation whose status is ``refused`` or ``unavailable``
         with the ``reason`` to show the model. Raises InvalidInput (a bad call shape), Conflict (an
         ``invocation_id`` reused with other arguments), Unauthenticated, Forbidden.
+
+        Without an ``invocation_id`` the client makes one, so the call is idempotent: sent again after a
+        dropped connection, it answers the same call rather than making a second.
         """
         body: dict[str, Any] = {
             "tool": tool,
@@ -216,9 +225,13 @@ class Client:
             "shadow": shadow,
             "wait": wait,
         }
-        extra = {"session_id": session_id, "invocation_id": invocation_id, "run_id": run_id}
+        body["invocation_id"] = invocation_id or new_id("inv")
+        extra = {"session_id": session_id, "run_id": run_id}
         body |= {key: value for key, value in extra.items() if value is not None}
-        return Invocation.from_json(await self._json("POST", "/v1/invocations", json=body, wait=wait))
+        answer = await self._json(
+            "POST", "/v1/invocations", json=body, wait=wait, extensions={RETRY_DROPPED: True}
+        )
+        return Invocation.from_json(answer)
 
     async def result(self, invocation_id: str, wait: float = 0) -> Invocation:
         """The invocation as it stands, waiting up to ``wait`` seconds for its answer. Raises NotFound."""

@@ -105,6 +105,11 @@ class Settings(BaseSettings):
     max_open_confirmations: int = Field(5, ge=1, le=1000)
     invocation_poll_seconds: float = Field(2, gt=0, le=60)
     live_ack_seconds: float = Field(1.0, ge=0, le=60)
+    # How long `tapgate serve` keeps an idle HTTP connection open for the next request (uvicorn's
+    # timeout_keep_alive). Above the 5 s after which httpx clients drop an idle connection themselves
+    # (uvicorn's own default is also 5: the two raced, and a request met a connection as the server
+    # closed it); tapgate's clients also send such a request once more (tapgate.dropped).
+    keep_alive_seconds: float = Field(10, ge=0, le=300)
     triage_idle_seconds: int = Field(3600, ge=60, le=7 * 86_400)
     not_me_cooldown_seconds: int = Field(1200, ge=0, le=7 * 86_400)
     require_device_signature: bool = False

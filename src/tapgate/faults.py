@@ -21,6 +21,8 @@ POINTS = (
     "expiry.sweep",  # the sweep is between two expiries
     "approval.verify",  # a decision's signature is verified, the decision not yet committed
 )
+# Where a push's life can be cut (tests/test_push_crash.py).
+PUSH_POINTS = ("push.after_send",)  # the relay or service took the push; the worker has not recorded it
 
 _hook: Callable[[str], None] | None = None
 
@@ -40,8 +42,8 @@ def install(hook: Callable[[str], None] | None) -> None:
 def arm(point: str, after: int = 1) -> None:
     """SIGKILL this process at the ``after``-th time it reaches ``point``. Raises ValueError for an
     unknown point."""
-    if point not in POINTS:
-        raise ValueError(f"unknown crash point {point!r}; known: {', '.join(POINTS)}")
+    if point not in POINTS + PUSH_POINTS:
+        raise ValueError(f"unknown crash point {point!r}; known: {', '.join(POINTS + PUSH_POINTS)}")
     left = [max(1, after)]
 
     def kill(name: str) -> None:

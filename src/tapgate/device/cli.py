@@ -27,6 +27,7 @@ from tapgate.device.state import DEFAULT_STATE, PhoneState, StateError, parse_pa
 from tapgate.domain.approvals import Decision, PrivateKey
 from tapgate.domain.keys import KeyAlgorithm
 from tapgate.domain.vectors import VectorsError, check_vectors
+from tapgate.dropped import RetryDropped
 
 __all__ = ["device_app"]
 
@@ -213,6 +214,12 @@ def pair(
     typer.echo(f"comparison code: {code}")
 
 
+def gateway_http(url: str) -> httpx.AsyncClient:
+    """The phone's HTTP client: its GETs (the long-polls) are sent once more when the connection dropped
+    before any answer, as a stale keep-alive connection does (tapgate.dropped)."""
+    return httpx.AsyncClient(base_url=url, timeout=TIMEOUT, transport=RetryDropped())
+
+
 def _connect(url: str, headers: Mapping[str, str]) -> AbstractAsyncContextManager[Link]:
     # A closing link waits at most 2 s for the gateway's close frame: Ctrl-C should feel immediate.
     return websocket_connect(
@@ -254,7 +261,7 @@ def run(
     }[approve]
 
     async def serve() -> tuple[bool, str]:
-        async with httpx.AsyncClient(base_url=phone_state.gateway_url, timeout=TIMEOUT) as http:
+        async with gateway_http(phone_state.gateway_url) as http:
             phone = Phone(
                 http=http,
                 device_id=phone_state.device_id,

@@ -20,6 +20,7 @@ import logging
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
+from tapgate import faults
 from tapgate.domain.audit import AuditRecord
 from tapgate.domain.devices import Device, DeviceStatus
 from tapgate.domain.events import APPROVAL_REQUESTED
@@ -151,6 +152,10 @@ async def send(ctx: Context, sender: PushSender, out: Send, stats: PushStats) ->
     except Exception as e:  # a bug in a sender must not lose the row: it is tried again
         log.error("push sender broke", extra={"error": type(e).__name__, "delivery_id": out.item.delivery_id})
         failure = PushFailed(f"The push sender failed ({type(e).__name__}).", retryable=True)
+    # Killed here, the push went out and its row still says queued under a claim: once the lease lapses a
+    # worker sends it again, with the same delivery_id. At least once; a relay's delivery cache (and a
+    # device keeping the delivery_ids it has shown) makes it once for the person (docs/reliability.md).
+    faults.crash_point("push.after_send")
     await record(ctx, out, failure, stats)
 
 

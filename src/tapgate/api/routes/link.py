@@ -89,11 +89,11 @@ async def _serve(
     await ws.accept()
     if token is None:
         try:
-            raw = await asyncio.wait_for(ws.receive_text(), timeout=AUTH_SECONDS)
-        except (TimeoutError, WebSocketDisconnect, KeyError, RuntimeError):  # KeyError: a binary frame
+            raw = await asyncio.wait_for(_receive_text(ws), timeout=AUTH_SECONDS)
+        except (TimeoutError, WebSocketDisconnect, RuntimeError):
             await _close(ws, UNAUTHORIZED)
             return
-        frame = parse_frame(raw)
+        frame = parse_frame(raw) if raw is not None else None
         if not isinstance(frame, DeviceAuth):
             metrics.dropped.inc()
             await _close(ws, UNAUTHORIZED)
@@ -129,6 +129,16 @@ async def _link(
         await DeviceLink(gateway, ws, caller, metrics, token).run()
     finally:
         metrics.links.dec()
+
+
+async def _receive_text(ws: WebSocket) -> str | None:
+    """The next frame's text; None for a binary frame (the protocol is JSON text: it is dropped like any
+    malformed frame, never fatal). Raises WebSocketDisconnect when the device went away."""
+    message = await ws.receive()
+    if message["type"] == "websocket.disconnect":
+        raise WebSocketDisconnect(message.get("code", 1000))
+    text = message.get("text")
+    return text if isinstance(text, str) else None
 
 
 async def _close(ws: WebSocket, code: int) -> None:
@@ -206,10 +216,10 @@ class DeviceLink:
     async def _receive(self) -> None:
         while True:
             try:
-                raw = await self.ws.receive_text()
+                raw = await _receive_text(self.ws)
             except (WebSocketDisconnect, RuntimeError):
                 return
-            frame = parse_frame(raw)
+            frame = parse_frame(raw) if raw is not None else None
             if isinstance(frame, DeviceResult):
                 await self._answer(frame)
             elif isinstance(frame, DeviceEvent):
