@@ -152,6 +152,14 @@ async def test_a_call_crosses_three_gateways_and_survives_the_kill_of_the_device
             # The agent, still waiting on the second, hears the answer given on the third.
             view = (await asyncio.wait_for(waiting, timeout=BOUND)).json()
             assert view["status"] == "done", view
+
+            # A second answer (a device retrying after a drop) is refused: the first stands.
+            await device.answer(call["id"])
+            assert device.link is not None
+            refused = json.loads(await asyncio.wait_for(device.link.recv(), timeout=BOUND))
+            while refused["type"] == "device:ack":  # an acknowledgement of the first answer may come first
+                refused = json.loads(await asyncio.wait_for(device.link.recv(), timeout=BOUND))
+            assert (refused["type"], refused["code"]) == ("device:error", "conflict"), refused
         finally:
             await device.close()
 
