@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import asyncpg
@@ -20,7 +20,7 @@ from tapgate.config import load_settings
 from tapgate.domain.errors import ConfigurationError
 from tests.conftest import PostgresDatabase, tenant_name
 from tests.live import free_port, tapgate, write_config
-from tests.natsserver import reachable_nats_url
+from tests.natsserver import PrivateNats, reachable_nats_url
 
 BOUND = 10.0  # seconds: generous, the machine is shared
 
@@ -186,3 +186,35 @@ def test_the_wake_defaults_to_local_on_sqlite_and_postgres_on_postgresql(tmp_pat
     assert on_sqlite.wake_kind == "local"
     on_postgres = load_settings(str(write_config(tmp_path, "postgresql://tapgate@127.0.0.1/tapgate")))
     assert on_postgres.wake_kind == "postgres"
+
+
+async def test_a_lost_nats_connection_degrades_the_wake_logs_once_and_recovers(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    server = PrivateNats(tmp_path).start()
+    try:
+        async with started(server.url) as wake, started(server.url) as other:
+            tenant = tenant_name()
+            with wake.subscribe(f"{tenant}:events:ana") as woken:
+                server.kill()
+                await _until(lambda: wake.degraded, "the wake never noticed NATS was gone")
+                assert wake.degraded  # waiters re-read on the poll interval, the token cache is bypassed
+                server.start()  # the same port: nats-py reconnects by itself
+                await _until(lambda: not wake.degraded and not other.degraded, "no reconnection")
+                assert woken.is_set()  # whatever happened meanwhile: every waiter re-reads once
+                woken.clear()
+                other.notify(f"{tenant}:events:ana")  # and wakes flow again
+                await asyncio.wait_for(woken.wait(), timeout=BOUND)
+    finally:
+        server.kill()
+    lost = [r for r in caplog.records if r.getMessage().startswith("nats connection lost")]
+    back = [r for r in caplog.records if r.getMessage() == "nats connection back"]
+    assert len(lost) == 2 and len(back) == 2  # once per wake, however many attempts it took
+
+
+async def _until(condition: Callable[[], bool], why: str) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 30
+    while not condition():
+        assert loop.time() < deadline, why
+        await asyncio.sleep(0.05)
