@@ -104,7 +104,8 @@ class NatsWake(LocalWake):
         self.poll_seconds = poll_seconds
         self._nc: Client | None = None
         self._outgoing: asyncio.Queue[str] | None = None
-        self._unsent: list[str] = []  # keys notified before start (a command that never starts us)
+        # Keys notified before start (a command that never starts us), each once: bounded by the keys.
+        self._unsent: dict[str, None] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._lost = False
         self.published = 0  # keys sent and received, for the bench
@@ -116,7 +117,7 @@ class NatsWake(LocalWake):
         if self._outgoing is not None:
             self._outgoing.put_nowait(key)
         else:
-            self._unsent.append(key)
+            self._unsent[key] = None
 
     async def start(self) -> None:
         """Connect, subscribe and start publishing and sweeping. Raises ConfigurationError if the
@@ -171,7 +172,7 @@ class NatsWake(LocalWake):
         nc = Client()
         try:
             await _connect_once(nc, self.url, name="tapgate-command")
-            for key in dict.fromkeys(self._unsent):
+            for key in self._unsent:
                 await nc.publish(subject(key), key.encode())
             await nc.flush(timeout=int(CONNECT_SECONDS))
         except (OSError, NatsError, TimeoutError) as e:
