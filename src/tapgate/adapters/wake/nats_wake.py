@@ -108,8 +108,8 @@ class NatsWake(LocalWake):
         self._unsent: dict[str, None] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._lost = False
+        self._failing = False  # a publish failed and none has succeeded since
         self.published = 0  # keys sent and received, for the bench
-
         self.received = 0
 
     def notify(self, key: str) -> None:
@@ -158,6 +158,11 @@ class NatsWake(LocalWake):
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._tasks = []
+        if self._nc is not None and self._outgoing is not None:
+            while not self._outgoing.empty():  # what committed before the stop still goes out
+                with contextlib.suppress(OSError, NatsError):
+                    key = self._outgoing.get_nowait()
+                    await self._nc.publish(subject(key), key.encode())
         if self._nc is None and self._unsent:
             await self._send_once()  # a command's changes (a revoked device, a new tenant) reach the servers
         if self._nc is not None:
@@ -191,10 +196,12 @@ class NatsWake(LocalWake):
             try:
                 await nc.publish(subject(key), key.encode())
                 self.published += 1
+                self._failing = False
             except (OSError, NatsError) as e:
-                # Lost: the receivers' sweep recovers it. Logged once per outage.
-                if not self._lost:
+                # Lost: the receivers' sweep recovers it. Logged once until a publish succeeds again.
+                if not self._failing and not self._lost:
                     log.warning("wake publish failed", extra={"error": type(e).__name__})
+                self._failing = True
 
     async def _sweep(self) -> None:
         while True:
