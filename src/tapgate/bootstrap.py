@@ -17,6 +17,7 @@ from tapgate.adapters.push.webpush import application_server_key
 from tapgate.adapters.store.sql import open_sql_store
 from tapgate.adapters.store.urls import engine_url
 from tapgate.adapters.wake.local import LocalWake
+from tapgate.adapters.wake.nats_wake import NatsWake, check_reachable
 from tapgate.adapters.wake.postgres import PostgresListener
 from tapgate.api.app import create_app
 from tapgate.config import Settings
@@ -116,6 +117,12 @@ def check_push_settings(settings: Settings) -> None:
     asyncio.run(check())
 
 
+def check_wake_settings(settings: Settings) -> None:
+    """Raise ConfigurationError now, before serving, if the wake's broker cannot be reached."""
+    if settings.wake_kind == "nats":
+        asyncio.run(check_reachable(settings.nats_url))
+
+
 def _read(path: str, key: str) -> str:
     try:
         return Path(path).read_text(encoding="utf-8")
@@ -141,15 +148,21 @@ def build_gateway(
 ) -> Gateway:
     """The gateway the settings describe. ``store``, ``clock`` and ``push`` replace the adapters the
     settings would choose (tests inject fakes; ``push`` stands for every push sender)."""
-    wake = getattr(store, "wake", None) or LocalWake()
     clock = clock or SystemClock()
     background: list[Background] = []
     if store is None:
-        store = open_sql_store(settings.database_url, wake=wake)
+        kind = settings.wake_kind
+        wake: LocalWake = LocalWake()
+        if kind == "nats":
+            wake = nats = NatsWake(settings.nats_url, settings.invocation_poll_seconds)
+            background.append(nats)
+        store = open_sql_store(settings.database_url, wake=wake, database_notify=kind == "postgres")
         url = engine_url(settings.database_url)
-        if url.get_backend_name() == "postgresql":
+        if kind == "postgres" and url.get_backend_name() == "postgresql":
             dsn = url.set(drivername="postgresql").render_as_string(hide_password=False)
             background.append(PostgresListener(dsn, wake))
+    else:
+        wake = getattr(store, "wake", None) or LocalWake()
     if push is None and settings.devices_enabled:  # with the device flags off, no push is sent (G12)
         client = new_push_client()
         background.append(_ClosesClient(client))

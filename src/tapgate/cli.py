@@ -205,7 +205,7 @@ def serve(
 
     from tapgate.adapters.store.migrate import pending_migrations
     from tapgate.adapters.store.urls import is_postgres
-    from tapgate.bootstrap import check_push_settings, load_policies, web_push_key
+    from tapgate.bootstrap import check_push_settings, check_wake_settings, load_policies, web_push_key
 
     settings = _settings(config)
     try:
@@ -213,10 +213,13 @@ def serve(
         web_push_key(settings)
         if settings.devices_enabled:
             check_push_settings(settings)
+        check_wake_settings(settings)
     except ConfigurationError as e:
         raise fail(str(e)) from None
     if workers > 1 and not is_postgres(settings.database_url):
         raise fail("More than one worker needs PostgreSQL; SQLite serves one process. Use --workers 1.")
+    if workers > 1 and settings.wake_kind == "local":
+        raise fail('wake = "local" reaches one process; with --workers, set wake to "postgres" or "nats".')
     try:
         behind = asyncio.run(pending_migrations(settings.database_url))
     except ConfigurationError as e:

@@ -21,6 +21,7 @@ from pydantic_settings import (
 from tapgate.domain.errors import ConfigurationError
 
 DEFAULT_FILE = "tapgate.toml"
+WAKES = ("local", "postgres", "nats")
 
 
 class WebPushSettings(BaseModel):
@@ -135,6 +136,28 @@ class Settings(BaseSettings):
     retention_days: int = Field(30, ge=1, le=36_500)  # message bodies are erased after this many days
     mcp_wait_seconds: float = Field(60, ge=0, le=300)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+    # How a change committed by one gateway process wakes the waiters of the others (DESIGN §17): "local"
+    # (one process), "postgres" (LISTEN/NOTIFY) or "nats" (a NATS broker at nats_url). Empty: local on
+    # SQLite, postgres on PostgreSQL.
+    wake: str = ""
+    nats_url: str = "nats://127.0.0.1:4222"
+
+    @model_validator(mode="after")
+    def _wake_is_known(self) -> Settings:
+        if self.wake not in ("", *WAKES):
+            raise ValueError(f"wake is one of {', '.join(WAKES)} (got {self.wake!r})")
+        if self.wake == "postgres" and not self.database_url.startswith(("postgresql", "postgres:")):
+            raise ValueError('wake = "postgres" needs a PostgreSQL database_url; use "local" on SQLite')
+        if self.wake == "nats" and not self.nats_url.startswith(("nats://", "tls://")):
+            raise ValueError("nats_url is a nats:// (or tls://) URL, like nats://127.0.0.1:4222")
+        return self
+
+    @property
+    def wake_kind(self) -> str:
+        """The wake in use: the setting, or the default for the database."""
+        if self.wake:
+            return self.wake
+        return "postgres" if self.database_url.startswith(("postgresql", "postgres:")) else "local"
 
     @model_validator(mode="after")
     def _flags_are_paired(self) -> Settings:

@@ -207,7 +207,8 @@ async def throughput(job: dict[str, Any], stdin: Stdin) -> dict[str, Any]:
     """Many pairs at once, each agent invoking again as soon as its call returns; completions counted
     inside the runner's window."""
     target = Target.of(job["url"])
-    devices = [Device(target, p["device_token"], job["device"]) for p in job["pairs"]]
+    at = Target.of(job.get("device_url", job["url"]))  # the devices may link to another gateway
+    devices = [Device(at, p["device_token"], job["device"]) for p in job["pairs"]]
     agents = [Agent(target, p["agent_token"], p["tool"]) for p in job["pairs"]]
     await asyncio.gather(*(d.start() for d in devices), *(a.start() for a in agents))
     emit("ready")

@@ -101,6 +101,18 @@ SPECS: list[Spec] = [
         Target("ratio_min", 0.6, "≥ 60% of raw verify"),
     ),
     Spec("approvals-http", "Signed approval decisions over HTTP, SQLite", "dec/s", "verify-raw"),
+    # Scale-out (DESIGN §17, bench/scaleout.py): N gateway processes on one PostgreSQL, per wake.
+    *(
+        Spec(
+            f"scale-{wake}-{n}",
+            f"Throughput, PostgreSQL, {n} gateway process{'es' if n > 1 else ''}, wake {wake}",
+            "inv/s",
+            f"scale-{wake}-1" if n > 1 else None,
+            postgres=True,
+        )
+        for wake in ("postgres", "nats")
+        for n in (1, 2, 3)
+    ),
 ]
 BY_NAME = {spec.name: spec for spec in SPECS}
 

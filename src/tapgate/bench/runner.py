@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from tapgate.bench import scenarios, seed, verify
+from tapgate.bench import scaleout, scenarios, seed, verify
 from tapgate.bench.rows import BY_NAME, Row, Spec, select
 from tapgate.bench.servers import Served, postgres_database, postgres_reachable, sqlite_database, write_config
 from tapgate.bench.stage import Sizes, Stage
@@ -165,7 +165,7 @@ class Bench:
             await self.floor(want)
         if want & {"roundtrip-ws-sqlite", "roundtrip-lp-sqlite", "throughput-sqlite"}:
             await self.invocations_sqlite(want)
-        postgres_rows = {s.name for s in specs if s.postgres}
+        postgres_rows = {s.name for s in specs if s.postgres and s.name not in scaleout.NAMES}
         if postgres_rows:
             await self.postgres(postgres_rows)
         if "ingest" in want:
@@ -174,6 +174,8 @@ class Bench:
             await self.approvals()
         if want & {"idle-ws", "idle-lp"}:
             await self.idle(want)
+        if want & set(scaleout.NAMES):
+            await scaleout.measure(self, want)
 
     async def floor(self, want: set[str]) -> None:
         self.say("Floor: in-memory Starlette on uvicorn, one worker")

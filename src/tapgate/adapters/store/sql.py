@@ -60,16 +60,23 @@ class SqlStore:
     """One database, one unit of work per transaction. Build it with :func:`open_sql_store`.
 
     PostgreSQL runs through asyncpg's pool; SQLite through one connection on the event loop's thread
-    (see ``sqlite.py``). Both run the same statements.
+    (see ``sqlite.py``). Both run the same statements. ``database_notify`` (PostgreSQL): each transaction
+    also sends its keys with ``pg_notify`` for the other processes; off when the wake has its own way
+    across processes (NATS) or there are none.
     """
 
     def __init__(
-        self, engine: AsyncEngine | None, wake: LocalWake | None = None, sqlite: SqliteDatabase | None = None
+        self,
+        engine: AsyncEngine | None,
+        wake: LocalWake | None = None,
+        sqlite: SqliteDatabase | None = None,
+        database_notify: bool = True,
     ) -> None:
         self.engine = engine
         self.sqlite = sqlite
         self.wake = wake or LocalWake()
         self.is_postgres = sqlite is None
+        self.database_notify = database_notify
 
     @contextlib.asynccontextmanager
     async def unit_of_work(self, tenant_id: str) -> AsyncIterator[SqlUnitOfWork]:
@@ -94,7 +101,7 @@ class SqlStore:
                 )
                 uow = SqlUnitOfWork(conn, tenant_id)
                 yield uow
-                if uow.keys:
+                if uow.keys and self.database_notify:
                     # Delivered to every listening process exactly when this transaction commits.
                     await conn.execute(
                         text("SELECT pg_notify(:channel, k) FROM unnest(CAST(:keys AS text[])) AS k"),
@@ -140,14 +147,16 @@ def _quiet_drivers() -> None:
         logging.getLogger(name).setLevel(logging.WARNING)
 
 
-def open_sql_store(database_url: str, pool_size: int = 10, wake: LocalWake | None = None) -> SqlStore:
+def open_sql_store(
+    database_url: str, pool_size: int = 10, wake: LocalWake | None = None, database_notify: bool = True
+) -> SqlStore:
     """A store for ``database_url`` with tapgate's connection settings."""
     _quiet_drivers()
     url = engine_url(database_url)
     if url.get_backend_name() == "sqlite":
         return SqlStore(None, wake, SqliteDatabase(url))
     engine = create_async_engine(url, pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True)
-    return SqlStore(engine, wake)
+    return SqlStore(engine, wake, database_notify=database_notify)
 
 
 class SqlUnitOfWork:

@@ -46,5 +46,13 @@ class LocalWake:
         for callback in self._listeners:
             callback(None)
 
+    def wake_waiters(self, but: Callable[[str], bool] = lambda _key: False) -> None:
+        """Wake every waiter whose key ``but`` does not exclude, so it re-reads; the listeners are not
+        told (a sweep: nothing is known to have changed)."""
+        for key, waiters in self._waiters.items():
+            if not but(key):
+                for event in waiters:
+                    event.set()
+
     def waiting(self) -> int:
         return sum(len(w) for w in self._waiters.values())

@@ -1,0 +1,235 @@
+"""Wakes over a NATS broker: a notification committed in any process wakes waiters in every other one.
+
+No NOTIFY is issued in the database. After a unit of work commits, the store calls ``notify`` for each
+key: the waiters of this process wake at once and the key is published on ``tapgate.wake.<tenant>.<kind>``
+(core NATS, at most once). Every gateway subscribes to ``tapgate.wake.>`` and wakes its own waiters.
+
+The row is the truth and a woken waiter re-reads it, so a wake may be lost without losing anything but
+time: every ``poll_seconds`` a sweep wakes every waiter (device links excepted: they re-read on their own
+refresh, and a call a live link has not taken goes out as a push). While the connection is down the wake
+is ``degraded`` (waiters re-read on the poll interval, the auth cache is bypassed); nats-py reconnects by
+itself, and on reconnection every waiter and listener is told that anything may have changed.
+
+The connection is checked at start: :func:`check_reachable` raises ConfigurationError naming
+``nats_url``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import re
+from typing import Any
+from urllib.parse import urlsplit
+
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.errors import Error as NatsError
+from nats.errors import SlowConsumerError
+
+from tapgate.adapters.wake.local import LocalWake
+from tapgate.domain.errors import ConfigurationError
+
+PREFIX = "tapgate.wake"
+CONNECT_SECONDS = 3.0
+_TOKEN = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+log = logging.getLogger(__name__)
+
+
+def subject(key: str) -> str:
+    """``<tenant>:<kind>:<id>`` → ``tapgate.wake.<tenant>.<kind>`` (a key without a tenant: ``_``)."""
+    parts = key.split(":")
+    tenant, kind = (parts[0], parts[1]) if len(parts) >= 2 else ("_", parts[0])
+    return f"{PREFIX}.{_token(tenant)}.{_token(kind)}"
+
+
+def _token(text: str) -> str:
+    # A subject token may not hold '.', '*', '>' or white space: anything unusual is sent as hex.
+    return text if _TOKEN.fullmatch(text) else "x" + text.encode().hex()[:62]
+
+
+def shown(url: str) -> str:
+    """``url`` without a user or password, for messages and logs."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    return f"{parts.scheme}://{host}:{parts.port}" if parts.port else f"{parts.scheme}://{host}"
+
+
+def _unreachable(url: str, e: BaseException) -> ConfigurationError:
+    return ConfigurationError(
+        f"The NATS server at nats_url {shown(url)} cannot be reached ({type(e).__name__}); start it, or set "
+        'wake = "postgres" (or "local" for one process).'
+    )
+
+
+async def check_reachable(url: str) -> None:
+    """Raise ConfigurationError now, before serving, if no NATS server answers at ``url``."""
+    nc = Client()
+    try:
+        await _connect_once(nc, url, name="tapgate-check")
+    except (OSError, NatsError, TimeoutError) as e:
+        raise _unreachable(url, e) from None
+    finally:
+        with contextlib.suppress(Exception):
+            await nc.close()
+
+
+async def _ignore(_e: Exception) -> None:
+    return None
+
+
+async def _connect_once(nc: Client, url: str, **options: Any) -> None:
+    """Connect within CONNECT_SECONDS or raise: a first connection that fails is not retried (nats-py
+    would otherwise keep trying for minutes)."""
+    options.setdefault("error_cb", _ignore)
+    await asyncio.wait_for(
+        nc.connect(
+            url,
+            connect_timeout=int(CONNECT_SECONDS),
+            max_reconnect_attempts=1,
+            reconnect_time_wait=0.1,  # type: ignore[arg-type]
+            **options,
+        ),
+        timeout=CONNECT_SECONDS * 2,
+    )
+
+
+class NatsWake(LocalWake):
+    """The Wake port over NATS; also a background service of the gateway (``start``/``close``)."""
+
+    def __init__(self, url: str, poll_seconds: float) -> None:
+        super().__init__()
+        self.url = url
+        self.poll_seconds = poll_seconds
+        self._nc: Client | None = None
+        self._outgoing: asyncio.Queue[str] | None = None
+        # Keys notified before start (a command that never starts us), each once: bounded by the keys.
+        self._unsent: dict[str, None] = {}
+        self._tasks: list[asyncio.Task[None]] = []
+        self._lost = False
+        self._failing = False  # a publish failed and none has succeeded since
+        self.published = 0  # keys sent and received, for the bench
+        self.received = 0
+
+    def notify(self, key: str) -> None:
+        super().notify(key)
+        if self._outgoing is not None:
+            self._outgoing.put_nowait(key)
+        else:
+            self._unsent[key] = None
+
+    async def start(self) -> None:
+        """Connect, subscribe and start publishing and sweeping. Raises ConfigurationError if the
+        server cannot be reached now."""
+        nc = Client()
+        try:
+            await _connect_once(
+                nc,
+                self.url,
+                name="tapgate-wake",
+                no_echo=True,  # this process's own wakes were delivered here already
+                error_cb=self._on_error,
+                disconnected_cb=self._on_disconnected,
+                reconnected_cb=self._on_reconnected,
+            )
+        except (OSError, NatsError, TimeoutError) as e:
+            raise _unreachable(self.url, e) from None
+        # Connected once: from now on nats-py reconnects by itself, for as long as we run.
+        nc.options["allow_reconnect"] = True
+        nc.options["max_reconnect_attempts"] = -1
+        nc.options["reconnect_time_wait"] = 1
+        await nc.subscribe(f"{PREFIX}.>", cb=self._on_message)
+        await nc.flush(timeout=int(CONNECT_SECONDS))  # subscribed at the server before we serve
+        self._nc = nc
+        self._outgoing = asyncio.Queue()
+        for key in self._unsent:
+            self._outgoing.put_nowait(key)
+        self._unsent.clear()
+        self._tasks = [
+            asyncio.create_task(self._publish(), name="tapgate-wake-publish"),
+            asyncio.create_task(self._sweep(), name="tapgate-wake-sweep"),
+        ]
+
+    async def close(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks = []
+        if self._nc is not None and self._outgoing is not None:
+            while not self._outgoing.empty():  # what committed before the stop still goes out
+                with contextlib.suppress(OSError, NatsError):
+                    key = self._outgoing.get_nowait()
+                    await self._nc.publish(subject(key), key.encode())
+        if self._nc is None and self._unsent:
+            await self._send_once()  # a command's changes (a revoked device, a new tenant) reach the servers
+        if self._nc is not None:
+            nc, self._nc = self._nc, None
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(nc.drain(), timeout=CONNECT_SECONDS)
+            with contextlib.suppress(Exception):
+                await nc.close()
+        self._outgoing = None
+
+    async def _send_once(self) -> None:
+        nc = Client()
+        try:
+            await _connect_once(nc, self.url, name="tapgate-command")
+            for key in self._unsent:
+                await nc.publish(subject(key), key.encode())
+            await nc.flush(timeout=int(CONNECT_SECONDS))
+        except (OSError, NatsError, TimeoutError) as e:
+            # The servers' sweep and caches' lifetimes still catch up; say so once.
+            log.warning("wake not published", extra={"error": type(e).__name__, "keys": len(self._unsent)})
+        finally:
+            self._unsent.clear()
+            with contextlib.suppress(Exception):
+                await nc.close()
+
+    async def _publish(self) -> None:
+        assert self._outgoing is not None and self._nc is not None
+        queue, nc = self._outgoing, self._nc
+        while True:
+            key = await queue.get()
+            try:
+                await nc.publish(subject(key), key.encode())
+                self.published += 1
+                self._failing = False
+            except (OSError, NatsError) as e:
+                # Lost: the receivers' sweep recovers it. Logged once until a publish succeeds again.
+                if not self._failing and not self._lost:
+                    log.warning("wake publish failed", extra={"error": type(e).__name__})
+                self._failing = True
+
+    async def _sweep(self) -> None:
+        while True:
+            await asyncio.sleep(self.poll_seconds)
+            self.wake_waiters(but=lambda key: ":device:" in key)
+
+    async def _on_message(self, msg: Msg) -> None:
+        self.received += 1
+        LocalWake.notify(self, msg.data.decode(errors="replace"))
+
+    async def _on_error(self, e: Exception) -> None:
+        if isinstance(e, SlowConsumerError):
+            self.notify_all()  # wakes were dropped: every waiter re-reads
+            return
+        if not self._lost:
+            log.debug("nats error", extra={"error": type(e).__name__})
+
+    async def _on_disconnected(self) -> None:
+        if self._nc is None:  # closing
+            return
+        self.degraded = True
+        if not self._lost:
+            self._lost = True
+            log.warning("nats connection lost; serving on the sweep", extra={"url": shown(self.url)})
+
+    async def _on_reconnected(self) -> None:
+        self.degraded = False
+        if self._lost:
+            self._lost = False
+            log.warning("nats connection back", extra={"url": shown(self.url)})
+        self.notify_all()  # whatever happened while we were away: every waiter re-reads

@@ -1,0 +1,220 @@
+"""Wakes over NATS against the real server: published after commit on per-tenant subjects, received by
+another gateway's waiters, a lost wake recovered by the sweep, and a broker that is not there at start
+refused in one line naming nats_url."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+import asyncpg
+import pytest
+from nats.aio.client import Client
+
+from tapgate.adapters.store.sql import open_sql_store
+from tapgate.adapters.wake.nats_wake import NatsWake, check_reachable
+from tapgate.adapters.wake.postgres import CHANNEL
+from tapgate.config import load_settings
+from tapgate.domain.errors import ConfigurationError
+from tests.conftest import PostgresDatabase, tenant_name
+from tests.live import free_port, tapgate, write_config
+from tests.natsserver import PrivateNats, reachable_nats_url
+
+BOUND = 10.0  # seconds: generous, the machine is shared
+
+
+@pytest.fixture(scope="session")
+def nats_url() -> str:
+    return reachable_nats_url()
+
+
+@contextlib.asynccontextmanager
+async def started(url: str, poll_seconds: float = 30.0) -> AsyncIterator[NatsWake]:
+    wake = NatsWake(url, poll_seconds)
+    await wake.start()
+    try:
+        yield wake
+    finally:
+        await wake.close()
+
+
+async def test_a_wake_published_after_commit_wakes_a_waiter_of_another_gateway(
+    nats_url: str, sqlite_url: str
+) -> None:
+    tenant = tenant_name()
+    key = f"{tenant}:invocation:inv_1"
+    async with started(nats_url) as here, started(nats_url) as there:
+        store = open_sql_store(sqlite_url, wake=here, database_notify=False)
+        try:
+            with there.subscribe(key) as woken:
+                async with store.unit_of_work(tenant) as uow:
+                    uow.notify(key)
+                    await asyncio.sleep(0)  # the transaction is still open: nothing is sent yet
+                    assert here.published == 0
+                    assert not woken.is_set()
+                await asyncio.wait_for(woken.wait(), timeout=BOUND)
+        finally:
+            await store.close()
+    assert here.published == 1
+
+
+async def test_a_wake_goes_out_on_its_tenants_subject_with_the_key_as_payload(nats_url: str) -> None:
+    tenant = tenant_name()
+    watcher = Client()
+    await watcher.connect(nats_url)
+    try:
+        subscription = await watcher.subscribe(f"tapgate.wake.{tenant}.>")
+        await watcher.flush()
+        async with started(nats_url) as wake:
+            wake.notify(f"{tenant}:inbox:ana")
+            message = await subscription.next_msg(timeout=BOUND)
+        assert message.subject == f"tapgate.wake.{tenant}.inbox"
+        assert message.data == f"{tenant}:inbox:ana".encode()
+    finally:
+        await watcher.close()
+
+
+async def test_a_lost_wake_is_recovered_by_the_sweep_within_the_poll_interval(nats_url: str) -> None:
+    tenant = tenant_name()
+    async with started(nats_url, poll_seconds=0.2) as wake:
+        with wake.subscribe(f"{tenant}:invocation:inv_1") as woken:
+            # Nobody publishes (the writer died between its commit and its publish): the sweep wakes the
+            # waiter, which re-reads the row.
+            await asyncio.wait_for(woken.wait(), timeout=BOUND)
+
+
+async def test_a_device_link_is_not_woken_by_the_sweep(nats_url: str) -> None:
+    tenant = tenant_name()
+    async with started(nats_url, poll_seconds=0.05) as wake:
+        with (
+            wake.subscribe(f"{tenant}:device:lamp") as link,
+            wake.subscribe(f"{tenant}:events:ana") as events,
+        ):
+            for _ in range(3):  # three sweeps
+                events.clear()
+                await asyncio.wait_for(events.wait(), timeout=BOUND)
+            assert not link.is_set()
+
+
+async def test_keys_notified_before_start_are_sent_when_a_command_closes(nats_url: str) -> None:
+    """`tapgate device revoke` and friends build a gateway they never start: their wakes still go out."""
+    tenant = tenant_name()
+    key = f"{tenant}:auth"
+    async with started(nats_url) as server:
+        with server.subscribe(key) as woken:
+            command = NatsWake(nats_url, 30.0)
+            command.notify(key)
+            await command.close()
+            await asyncio.wait_for(woken.wait(), timeout=BOUND)
+
+
+@pytest.mark.postgres
+async def test_no_notify_is_issued_in_postgresql_with_the_nats_wake(
+    nats_url: str, postgres: PostgresDatabase
+) -> None:
+    tenant = tenant_name()
+    heard: asyncio.Queue[str] = asyncio.Queue()
+    listener = await asyncpg.connect(postgres.admin_url)
+    await listener.add_listener(CHANNEL, lambda *args: heard.put_nowait(args[3]))
+    async with started(nats_url) as wake:
+        over_nats = open_sql_store(postgres.app_url, wake=wake, database_notify=False)
+        over_postgres = open_sql_store(postgres.app_url)
+        try:
+            async with over_nats.unit_of_work(tenant) as uow:
+                uow.notify(f"{tenant}:events:ana")
+            async with over_postgres.unit_of_work(tenant) as uow:
+                uow.notify(f"{tenant}:marker")
+            # NOTIFY is delivered in commit order: the first thing heard is the later transaction's.
+            assert await asyncio.wait_for(heard.get(), timeout=BOUND) == f"{tenant}:marker"
+        finally:
+            await over_nats.close()
+            await over_postgres.close()
+            await listener.close()
+
+
+async def test_a_nats_server_that_does_not_answer_at_start_is_a_configuration_error() -> None:
+    url = f"nats://127.0.0.1:{free_port()}"
+    with pytest.raises(ConfigurationError) as refused:
+        await check_reachable(url)
+    assert f"nats_url {url}" in refused.value.message
+    with pytest.raises(ConfigurationError):
+        await NatsWake(url, 1.0).start()
+
+
+def test_serve_refuses_an_unreachable_nats_in_one_line_naming_nats_url(
+    sqlite_url: str, tmp_path: Path
+) -> None:
+    url = f"nats://127.0.0.1:{free_port()}"
+    config = write_config(tmp_path, sqlite_url, wake="nats", nats_url=url)
+    done = tapgate("serve", "--config", str(config), "--port", str(free_port()))
+    assert done.returncode == 1
+    assert "Traceback" not in done.stderr
+    [line] = done.stderr.strip().splitlines()
+    assert f"nats_url {url}" in line
+
+
+def test_the_nats_url_is_named_without_its_password(sqlite_url: str, tmp_path: Path) -> None:
+    port = free_port()
+    config = write_config(tmp_path, sqlite_url, wake="nats", nats_url=f"nats://app:s3cret@127.0.0.1:{port}")
+    done = tapgate("serve", "--config", str(config), "--port", str(free_port()))
+    assert done.returncode == 1
+    assert "s3cret" not in done.stderr
+    assert f"nats://127.0.0.1:{port}" in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("settings", "reason"),
+    [
+        ({"wake": "redis"}, "wake is one of local, postgres, nats (got 'redis')"),
+        ({"wake": "postgres"}, 'wake = "postgres" needs a PostgreSQL database_url'),
+        ({"wake": "nats", "nats_url": "http://127.0.0.1:4222"}, "nats_url is a nats:// (or tls://) URL"),
+    ],
+)
+def test_a_wake_setting_that_cannot_work_is_refused_naming_it(
+    tmp_path: Path, settings: dict[str, str], reason: str
+) -> None:
+    config = write_config(tmp_path, f"sqlite:///{tmp_path / 'tapgate.db'}", **settings)
+    with pytest.raises(ConfigurationError) as refused:
+        load_settings(str(config))
+    assert reason in refused.value.message
+
+
+def test_the_wake_defaults_to_local_on_sqlite_and_postgres_on_postgresql(tmp_path: Path) -> None:
+    on_sqlite = load_settings(str(write_config(tmp_path, f"sqlite:///{tmp_path / 'tapgate.db'}")))
+    assert on_sqlite.wake_kind == "local"
+    on_postgres = load_settings(str(write_config(tmp_path, "postgresql://tapgate@127.0.0.1/tapgate")))
+    assert on_postgres.wake_kind == "postgres"
+
+
+async def test_a_lost_nats_connection_degrades_the_wake_logs_once_and_recovers(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    server = PrivateNats(tmp_path).start()
+    try:
+        async with started(server.url) as wake, started(server.url) as other:
+            tenant = tenant_name()
+            with wake.subscribe(f"{tenant}:events:ana") as woken:
+                server.kill()
+                await _until(lambda: wake.degraded, "the wake never noticed NATS was gone")
+                assert wake.degraded  # waiters re-read on the poll interval, the token cache is bypassed
+                server.start()  # the same port: nats-py reconnects by itself
+                await _until(lambda: not wake.degraded and not other.degraded, "no reconnection")
+                assert woken.is_set()  # whatever happened meanwhile: every waiter re-reads once
+                woken.clear()
+                other.notify(f"{tenant}:events:ana")  # and wakes flow again
+                await asyncio.wait_for(woken.wait(), timeout=BOUND)
+    finally:
+        server.kill()
+    lost = [r for r in caplog.records if r.getMessage().startswith("nats connection lost")]
+    back = [r for r in caplog.records if r.getMessage() == "nats connection back"]
+    assert len(lost) == 2 and len(back) == 2  # once per wake, however many attempts it took
+
+
+async def _until(condition: Callable[[], bool], why: str) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 30
+    while not condition():
+        assert loop.time() < deadline, why
+        await asyncio.sleep(0.05)
