@@ -102,6 +102,9 @@ def comparison_panel(code: str) -> Panel:
         Text(),
         digits,
         Text(),
-        Text("Type these six digits where you started the pairing to let this device in."),
+        Text(
+            "Type these six digits where you started the pairing to let this device in, or, if you have "
+            "a device paired already, approve this one there when it shows the same code."
+        ),
     )
     return Panel(body, expand=False, padding=(1, 4))
