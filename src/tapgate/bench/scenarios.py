@@ -70,6 +70,38 @@ async def _window(
     return start, end, Meter.cores(before, after)
 
 
+_DB_METRICS = {
+    "tapgate_db_transactions_total": "transactions",
+    "tapgate_db_writing_transactions_total": "writing",
+    "tapgate_db_statements_total": "statements",
+}
+
+
+async def db_counts(served: Served) -> dict[str, float] | None:
+    """The server's own counts of database transactions, writing ones and statements (``/metrics``);
+    None from a server that keeps none (the floors)."""
+    import httpx
+
+    found: dict[str, float] = {}
+    with contextlib.suppress(httpx.HTTPError, ValueError):
+        async with httpx.AsyncClient(base_url=served.url, timeout=10) as client:
+            response = await client.get("/metrics")
+            if response.status_code != 200:
+                return None
+            for line in response.text.splitlines():
+                metric, _, value = line.partition(" ")
+                if metric in _DB_METRICS:
+                    found[_DB_METRICS[metric]] = float(value)
+    return found if len(found) == len(_DB_METRICS) else None
+
+
+def per_call(before: dict[str, float] | None, after: dict[str, float] | None, calls: int) -> dict[str, float]:
+    """What the database did per call between two ``db_counts``; {} without counts or calls."""
+    if before is None or after is None or calls <= 0:
+        return {}
+    return {key: round((after[key] - before[key]) / calls, 2) for key in _DB_METRICS.values()}
+
+
 async def roundtrip(stage: Stage, name: str, served: Served, pair: Pair, device: str) -> Row:
     """One agent and one device, one invocation at a time: p50 and p99 of the complete round trip."""
     sizes = stage.sizes
@@ -83,6 +115,7 @@ async def roundtrip(stage: Stage, name: str, served: Served, pair: Pair, device:
     }
     async with stage.load([job], name) as [client]:
         await client.expect("ready", 60)
+        counted = await db_counts(served)
         meter = stage.meter()
         before = meter.snapshot()
         # Warm-up takes at most a quarter of the measuring time, measuring at most all of it.
@@ -93,10 +126,14 @@ async def roundtrip(stage: Stage, name: str, served: Served, pair: Pair, device:
             result = await client.expect("result", end - time.monotonic() + 120)
         cpu = Meter.cores(before, meter.snapshot())
     latencies = result["latencies"]
+    calls = len(latencies) + int(result.get("warmed", 0))
     detail: dict[str, Any] = _latency_detail(latencies) | {
         "count": len(latencies),
         "seconds": round(result["seconds"], 2),
         "errors": result["errors"],
+        # counted by the server over the warm-up and the measured calls (a link's own start and end
+        # are inside the window too: a few transactions over thousands of calls)
+        "db_per_round_trip": per_call(counted, await db_counts(served), calls),
     }
     row = Row(BY_NAME[name], cpu=cpu, detail=detail)
     if latencies:
@@ -116,10 +153,12 @@ async def throughput(stage: Stage, name: str, served: Served, pairs: list[Pair],
     async with stage.load(jobs, name) as started:
         for client in started:
             await client.expect("ready", 120)
+        counted = await db_counts(served)
         start, end, cpu = await _window(
             stage, name, started, sizes.throughput_warmup, sizes.throughput_seconds
         )
         results = [await c.expect("result", 120) for c in started]
+        counted_after = await db_counts(served)
     completed = sum(r["completed"] for r in results)
     latencies = [x for r in results for x in r["latencies"]]
     errors: dict[str, int] = {}
@@ -134,6 +173,9 @@ async def throughput(stage: Stage, name: str, served: Served, pairs: list[Pair],
         "errors": errors,
         "under_load": _latency_detail(latencies),
     }
+    done = sum(int(r.get("all_completed", r["completed"])) for r in results)
+    if served.workers == 1:  # /metrics answers for one worker only
+        detail["db_per_round_trip"] = per_call(counted, counted_after, done)
     row = Row(BY_NAME[name], cpu=cpu, detail=detail)
     if completed:
         row.value = round(completed / (end - start), 1)
@@ -207,12 +249,15 @@ async def idle(stage: Stage, name: str, served: Served, tokens: list[str], devic
         held = _established(served)
         links = await _ws_links(served) if device == "ws" else None
         before = meter.snapshot()
+        counted, counted_at = await db_counts(served), time.monotonic()
         samples = []
         async with stage.profiled(name, sizes.hold_seconds):
             for _ in range(3):
                 samples.append(rss_bytes(served.processes()))
                 await asyncio.sleep(sizes.hold_seconds / 3)
         hold_cpu = Meter.cores(before, meter.snapshot())
+        idle_db = per_call(counted, await db_counts(served), 1)
+        held_for = time.monotonic() - counted_at
         for client in started:
             await client.send("stop")
         results = [await c.expect("result", 120) for c in started]
@@ -231,6 +276,7 @@ async def idle(stage: Stage, name: str, served: Served, tokens: list[str], devic
         "baseline_mib": round(baseline / MIB, 1),
         "per_connection_kib": round((rss - baseline) / max(1, connected) / 1024, 1),
         "connect_cpu_cores": connect_cpu,
+        "db_per_second_held": {k: round(v / held_for, 2) for k, v in idle_db.items()},
         "errors": {k: v for r in results for k, v in r["errors"].items()},
     }
     row = Row(BY_NAME[name], value=round(rss / MIB, 1), cpu=hold_cpu, detail=detail)
