@@ -54,9 +54,15 @@ def _split(items: Sequence[Any], parts: int) -> list[list[Any]]:
 
 
 async def _window(
-    stage: Stage, name: str, clients: list[ClientProcess], warmup: float, seconds: float
-) -> tuple[float, float, dict[str, float]]:
-    """Open the same timed window on every client; the cores each side used inside it."""
+    stage: Stage,
+    name: str,
+    clients: list[ClientProcess],
+    warmup: float,
+    seconds: float,
+    served: Served | None = None,
+) -> tuple[float, float, dict[str, float], dict[str, float]]:
+    """Open the same timed window on every client; the cores each side used inside it, and (given the
+    server) the database work it counted inside it."""
     meter = stage.meter()
     start = time.monotonic() + warmup
     end = start + seconds
@@ -64,10 +70,12 @@ async def _window(
         await client.send(json.dumps({"start": start, "end": end}))
     await asyncio.sleep(max(0.0, start - time.monotonic()))
     async with stage.profiled(name, seconds):
+        counted = await db_counts(served) if served is not None else None
         before = meter.snapshot()
         await asyncio.sleep(max(0.0, end - time.monotonic()))
         after = meter.snapshot()
-    return start, end, Meter.cores(before, after)
+        counted_after = await db_counts(served) if served is not None else None
+    return start, end, Meter.cores(before, after), per_call(counted, counted_after, 1)
 
 
 _DB_METRICS = {
@@ -153,12 +161,10 @@ async def throughput(stage: Stage, name: str, served: Served, pairs: list[Pair],
     async with stage.load(jobs, name) as started:
         for client in started:
             await client.expect("ready", 120)
-        counted = await db_counts(served)
-        start, end, cpu = await _window(
-            stage, name, started, sizes.throughput_warmup, sizes.throughput_seconds
+        start, end, cpu, database = await _window(
+            stage, name, started, sizes.throughput_warmup, sizes.throughput_seconds, served
         )
         results = [await c.expect("result", 120) for c in started]
-        counted_after = await db_counts(served)
     completed = sum(r["completed"] for r in results)
     latencies = [x for r in results for x in r["latencies"]]
     errors: dict[str, int] = {}
@@ -173,9 +179,10 @@ async def throughput(stage: Stage, name: str, served: Served, pairs: list[Pair],
         "errors": errors,
         "under_load": _latency_detail(latencies),
     }
-    done = sum(int(r.get("all_completed", r["completed"])) for r in results)
-    if served.workers == 1:  # /metrics answers for one worker only
-        detail["db_per_round_trip"] = per_call(counted, counted_after, done)
+    if served.workers == 1 and database and completed:  # /metrics answers for one worker only
+        # the timed window only (the links' own start is before it): calls straddling either edge
+        # are counted on one side and not the other, and even out
+        detail["db_per_round_trip"] = {k: round(v / completed, 2) for k, v in database.items()}
     row = Row(BY_NAME[name], cpu=cpu, detail=detail)
     if completed:
         row.value = round(completed / (end - start), 1)
@@ -302,14 +309,22 @@ async def ingest(stage: Stage, served: Served, tokens: list[str]) -> Row:
     }
     async with stage.load([job], "ingest") as [client]:
         await client.expect("ready", 60)
-        start, end, cpu = await _window(stage, "ingest", [client], sizes.ingest_warmup, sizes.ingest_seconds)
+        start, end, cpu, database = await _window(
+            stage, "ingest", [client], sizes.ingest_warmup, sizes.ingest_seconds, served
+        )
         result = await client.expect("result", 120)
     outcomes: dict[str, int] = result["outcomes"]
     answered = outcomes.get("stored", 0) + outcomes.get("duplicate", 0)
-    detail = {"devices": len(tokens), "concurrency": sizes.ingest_concurrency, "outcomes": outcomes}
+    detail: dict[str, Any] = {
+        "devices": len(tokens),
+        "concurrency": sizes.ingest_concurrency,
+        "outcomes": outcomes,
+    }
     row = Row(BY_NAME["ingest"], cpu=cpu, detail=detail)
     if answered:
         row.value = round(answered / (end - start), 1)
+        if database:
+            detail["db_per_message"] = {k: round(v / answered, 2) for k, v in database.items()}
     else:
         row.skipped = f"no message was stored: {outcomes}"
     return row
