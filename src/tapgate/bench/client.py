@@ -216,12 +216,16 @@ async def throughput(job: dict[str, Any], stdin: Stdin) -> dict[str, Any]:
     emit("ready")
     start, end = await stdin.window()
     inside: list[float] = []
+    everything = 0  # every call that completed, warm-up included (what the server's counts cover)
 
     async def loop(agent: Agent) -> None:
+        nonlocal everything
         while time.monotonic() < end:
             elapsed = await agent.invoke()
-            if elapsed is not None and start <= time.monotonic() <= end:
-                inside.append(elapsed)
+            if elapsed is not None:
+                everything += 1
+                if start <= time.monotonic() <= end:
+                    inside.append(elapsed)
 
     try:
         async with asyncio.timeout(end - time.monotonic() + INVOKE_WAIT + 15):
@@ -232,6 +236,7 @@ async def throughput(job: dict[str, Any], stdin: Stdin) -> dict[str, Any]:
         await asyncio.gather(*(d.stop() for d in devices))
     return {
         "completed": len(inside),
+        "all_completed": everything,
         "seconds": end - start,
         "latencies": inside,
         "errors": _errors(*(a.errors for a in agents), *(d.errors for d in devices)),
