@@ -39,6 +39,16 @@ def test_the_smoke_run_measures_every_sqlite_row_and_skips_postgres_saying_why(t
     assert rows["idle-ws"]["detail"]["connected"] == 20
     assert rows["idle-lp"]["detail"]["connected"] == 20
     assert rows["roundtrip-ws-sqlite"]["detail"]["errors"] == {}
+    # the durable floor is measured beside tapgate, and each call's database work is counted
+    assert rows["roundtrip-ws-sqlite"]["durable_ratio"] > 0
+    assert rows["roundtrip-ws-sqlite"]["detail"]["db_per_round_trip"]["writing"] > 0
+    assert rows["idle-ws"]["detail"]["db_per_second_held"]["transactions"] >= 0
+    assert (
+        "db_per_round_trip" not in rows["roundtrip-ws-floor-sqlite"]["detail"]
+        or not rows["roundtrip-ws-floor-sqlite"]["detail"]["db_per_round_trip"]
+    )
+    assert {t["mark"] for t in results["targets"]} <= {"met", "short"}
+    assert any(t["target"] == "≤ 2 writing transactions per call" for t in results["targets"])
     assert (tmp_path / "results.png").stat().st_size > 10_000
     assert "| roundtrip-ws-sqlite |" in (tmp_path / "results.md").read_text()
     assert "roundtrip-ws-sqlite" in run.stdout
@@ -47,12 +57,15 @@ def test_the_smoke_run_measures_every_sqlite_row_and_skips_postgres_saying_why(t
 def test_only_names_a_row_with_the_rows_it_is_a_ratio_to() -> None:
     assert [s.name for s in select(["throughput-postgres-2"])] == [
         "throughput-floor",
+        "throughput-floor-postgres",
         "throughput-postgres-1",
         "throughput-postgres-2",
     ]
-    assert {s.name for s in select(["roundtrip-*-sqlite"])} == {
+    assert {s.name for s in select(["roundtrip-ws-sqlite", "roundtrip-lp-sqlite"])} == {
         "roundtrip-ws-floor",
         "roundtrip-lp-floor",
+        "roundtrip-ws-floor-sqlite",
+        "roundtrip-lp-floor-sqlite",
         "roundtrip-ws-sqlite",
         "roundtrip-lp-sqlite",
     }

@@ -42,6 +42,7 @@ from tapgate.services.devices import DeviceCaller, NewDevice
 from tapgate.services.expiry import Sweeper, sweep
 from tapgate.services.ingesting import Ingested
 from tapgate.services.invoking import Call, View
+from tapgate.services.links import LiveLinks
 from tapgate.services.outbox import PushStats
 from tapgate.services.pairings import Claimed
 from tapgate.services.push_worker import PushWorker
@@ -84,6 +85,7 @@ class Gateway:
         self._retention = RetentionSweeper(self.ctx)
         self._background = list(background)
         self._sweeper = Sweeper(self.ctx, sweep_seconds)
+        self.links = LiveLinks(self.ctx)  # the device links this process holds, renewed in batches
         self._pusher = PushWorker(self.ctx, push) if device_channel and push is not None else None
 
     @property
@@ -116,6 +118,7 @@ class Gateway:
         if self.device_channel:
             self._sweeper.start()
             self._retention.start()
+            self.links.start()
         if self._pusher is not None:
             await self._pusher.start()
 
@@ -123,6 +126,7 @@ class Gateway:
         await self._usage.close()
         await self._retention.close()
         await self._sweeper.close()
+        await self.links.close()
         if self._pusher is not None:
             await self._pusher.close()
         for service in reversed(self._background):

@@ -12,6 +12,7 @@ from starlette.routing import Route
 
 from tapgate import __version__
 from tapgate.api import errors, reference
+from tapgate.api.db_metrics import register_db_metrics
 from tapgate.api.json_keys import NoRepeatedKeys
 from tapgate.api.lapse import EndOnLapse
 from tapgate.api.mcp import McpEndpoint
@@ -99,6 +100,7 @@ def create_app(
     app.include_router(invocations.router, responses=_ERRORS)
     app.include_router(events.router, responses=_ERRORS)
     app.state.link_metrics = link.LinkMetrics(app.state.metrics)
+    register_db_metrics(app.state.metrics)
     if gateway.device_channel:
         # With either device flag off, no device route exists at all (gate G12).
         app.include_router(devices.router, responses=_ERRORS)

@@ -184,11 +184,13 @@ async def roundtrip(job: dict[str, Any], stdin: Stdin) -> dict[str, Any]:
     emit("ready")
     warm_until, end = await stdin.window()
     samples: list[float] = []
+    warmed = 0
     try:
         for _ in range(int(job["warmup"])):
             if time.monotonic() > warm_until:
                 break
             await agent.invoke()
+            warmed += 1
         measured_from = time.monotonic()
         for _ in range(int(job["count"])):
             if time.monotonic() > end:
@@ -200,7 +202,8 @@ async def roundtrip(job: dict[str, Any], stdin: Stdin) -> dict[str, Any]:
     finally:
         agent.close()
         await device.stop()
-    return {"latencies": samples, "seconds": measured_for, "errors": _errors(agent.errors, device.errors)}
+    errors = _errors(agent.errors, device.errors)
+    return {"latencies": samples, "seconds": measured_for, "errors": errors, "warmed": warmed}
 
 
 async def throughput(job: dict[str, Any], stdin: Stdin) -> dict[str, Any]:
@@ -214,12 +217,16 @@ async def throughput(job: dict[str, Any], stdin: Stdin) -> dict[str, Any]:
     emit("ready")
     start, end = await stdin.window()
     inside: list[float] = []
+    everything = 0  # every call that completed, warm-up included (what the server's counts cover)
 
     async def loop(agent: Agent) -> None:
+        nonlocal everything
         while time.monotonic() < end:
             elapsed = await agent.invoke()
-            if elapsed is not None and start <= time.monotonic() <= end:
-                inside.append(elapsed)
+            if elapsed is not None:
+                everything += 1
+                if start <= time.monotonic() <= end:
+                    inside.append(elapsed)
 
     try:
         async with asyncio.timeout(end - time.monotonic() + INVOKE_WAIT + 15):
@@ -230,6 +237,7 @@ async def throughput(job: dict[str, Any], stdin: Stdin) -> dict[str, Any]:
         await asyncio.gather(*(d.stop() for d in devices))
     return {
         "completed": len(inside),
+        "all_completed": everything,
         "seconds": end - start,
         "latencies": inside,
         "errors": _errors(*(a.errors for a in agents), *(d.errors for d in devices)),

@@ -9,6 +9,11 @@ asyncio.Event per device and per invocation is the wake. It is served by uvicorn
 
 No checks, no durability, no audit: what tapgate costs beyond this is what its guarantees cost.
 ``POST /floor/pairs`` makes agent and device tokens for the bench; it is the floor's only extra route.
+
+With ``--durable sqlite:PATH`` or ``--durable postgresql://…`` it is a **durable floor** (DESIGN §16): the
+same app plus the least a durable call writes, through the raw driver — one transaction at invoke (insert
+the call, and a journal row) and one at the answer (update the call if still pending, and a journal row) —
+so that what tapgate costs beyond it is what its checks, audit chain and events cost, not durability.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ import contextlib
 import itertools
 import json
 import secrets
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,6 +33,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
+
+from tapgate.bench.durable import Durable, open_durable
 
 MAX_WAIT = 300.0
 MAX_FETCH = 50
@@ -82,9 +90,12 @@ class Floor:
         self.tools[tool] = device
         return {"agent_token": agent, "device_token": token, "tool": tool}
 
-    def invoke(self, tool: str, arguments: Any) -> _Invocation:
+    def new_id(self) -> str:
+        return f"inv_{next(self._ids)}"
+
+    def invoke(self, tool: str, arguments: Any, invocation_id: str | None = None) -> _Invocation:
         device = self.tools[tool]
-        invocation = _Invocation(f"inv_{next(self._ids)}", tool, device, arguments)
+        invocation = _Invocation(invocation_id or self.new_id(), tool, device, arguments)
         self.invocations[invocation.id] = invocation
         device.undelivered[invocation.id] = invocation
         device.woken.set()
@@ -98,8 +109,13 @@ class Floor:
             return 409
         invocation.status, invocation.message = status, message
         device.undelivered.pop(invocation_id, None)
-        invocation.answered.set()
         return 200
+
+    def settle(self, invocation_id: str) -> None:
+        """Wake the agent waiting on an answered invocation (after the answer is durable, if it must be)."""
+        invocation = self.invocations.get(invocation_id)
+        if invocation is not None:
+            invocation.answered.set()
 
 
 def _token(headers: Any) -> str:
@@ -111,8 +127,9 @@ def _error(status: int, code: str) -> JSONResponse:
     return JSONResponse({"error": {"code": code, "message": code}}, status_code=status)
 
 
-def create_app() -> Starlette:
+def create_app(durable: Durable | None = None) -> Starlette:
     floor = Floor()
+    store = durable
 
     async def ready(_: Request) -> Response:
         return JSONResponse({"status": "ready"})
@@ -127,7 +144,10 @@ def create_app() -> Starlette:
         body = await request.json()
         if body.get("tool") not in floor.tools:
             return JSONResponse({"id": "", "tool": body.get("tool"), "status": "refused", "result": None})
-        invocation = floor.invoke(body["tool"], body.get("arguments", {}))
+        invocation_id = floor.new_id()
+        if store is not None:  # durable before the device can see it
+            await store.invoked(invocation_id, body["tool"], body.get("arguments", {}))
+        invocation = floor.invoke(body["tool"], body.get("arguments", {}), invocation_id)
         wait = min(float(body.get("wait") or 0), MAX_WAIT)
         if wait > 0:
             with contextlib.suppress(TimeoutError):
@@ -163,6 +183,9 @@ def create_app() -> Starlette:
         status = floor.answer(device, invocation_id, str(body.get("status")), body.get("message"))
         if status != 200:
             return _error(status, "not_found" if status == 404 else "conflict")
+        if store is not None:
+            await store.answered(invocation_id, str(body.get("status")), body.get("message"))
+        floor.settle(invocation_id)
         return JSONResponse({"id": invocation_id, "status": body.get("status")})
 
     async def connect(ws: WebSocket) -> None:
@@ -192,9 +215,11 @@ def create_app() -> Starlette:
                 except (WebSocketDisconnect, RuntimeError):
                     return
                 if isinstance(frame, dict) and frame.get("type") == "device:result":
-                    floor.answer(
-                        device, str(frame.get("callId")), str(frame.get("status")), frame.get("message")
-                    )
+                    call, status = str(frame.get("callId")), str(frame.get("status"))
+                    if floor.answer(device, call, status, frame.get("message")) == 200:
+                        if store is not None:
+                            await store.answered(call, status, frame.get("message"))
+                        floor.settle(call)
 
         tasks = {asyncio.create_task(send()), asyncio.create_task(receive())}
         try:
@@ -206,7 +231,18 @@ def create_app() -> Starlette:
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
 
+    @contextlib.asynccontextmanager
+    async def lifespan(_: Starlette) -> AsyncIterator[None]:
+        if store is not None:
+            await store.open()
+        try:
+            yield
+        finally:
+            if store is not None:
+                await store.close()
+
     return Starlette(
+        lifespan=lifespan,
         routes=[
             Route("/readyz", ready),
             Route("/floor/pairs", pairs, methods=["POST"]),
@@ -214,7 +250,7 @@ def create_app() -> Starlette:
             Route("/v1/device/invocations", pending),
             Route("/v1/device/invocations/{invocation_id}/result", result, methods=["POST"]),
             WebSocketRoute("/v1/device/connect", connect),
-        ]
+        ],
     )
 
 
@@ -228,11 +264,11 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8090)
+    parser.add_argument("--durable", default=None, help="sqlite:PATH or a postgresql:// URL")
     args = parser.parse_args(argv)
     configure_logging("warning")
     uvicorn.run(
-        "tapgate.bench.floor:create_app",
-        factory=True,
+        create_app(open_durable(args.durable) if args.durable else None),
         host=args.host,
         port=args.port,
         workers=1,

@@ -42,13 +42,15 @@ def table(results: Results) -> Table:
         f"commit {facts['commit'] or '?'}, {facts['date']}; {results.mode} run in {results.seconds:.0f} s. "
         "CPU in cores over each timed window."
     )
-    out = Table(title="tapgate bench (DESIGN §11)", caption=caption, show_lines=False)
+    out = Table(title="tapgate bench (DESIGN §16)", caption=caption, show_lines=False)
     for heading, justify in (
         ("row", "left"),
         ("value", "right"),
         ("p99", "right"),
         ("reference", "right"),
         ("ratio", "right"),
+        ("durable", "right"),
+        ("tx (w) / stmt per call", "right"),
         ("target", "left"),
         ("mark", "left"),
         ("cpu: server client pg other", "left"),
@@ -61,6 +63,8 @@ def table(results: Results) -> Table:
         if row.skipped and row.value is None:
             out.add_row(
                 spec.name,
+                "",
+                "",
                 "",
                 "",
                 "",
@@ -78,6 +82,8 @@ def table(results: Results) -> Table:
             _number(row.p99, spec.unit) if row.p99 is not None else "",
             _number(row.reference_value, "") if row.reference_value is not None else "",
             ratio,
+            f"{row.durable_ratio:.2f}×" if row.durable_ratio is not None else "",
+            row.per_call(),
             spec.target.text if spec.target else "",
             MARKS[row.mark] + ("*" if row.caveats else ""),
             _cpu(row),
@@ -118,14 +124,15 @@ def markdown(results: Results) -> str:
         "(load average at start "
         f"{', '.join(str(x) for x in facts['load_average_at_start'])}).",
         "",
-        "| row | value | p99 | reference | ratio | target | mark | CPU cores: server / client / pg / other |",
-        "| --- | ---: | ---: | ---: | ---: | --- | --- | --- |",
+        "| row | value | p99 | ratio to floor | ratio to durable floor | tx (writing) / statements per call "
+        "| target | mark | CPU cores: server / client / pg / other |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | --- | --- | --- |",
     ]
     for row in results.rows:
         spec = row.spec
         target = spec.target.text if spec.target else ""
         if row.value is None:
-            lines.append(f"| {spec.name} | | | | | {target} | skipped | {row.skipped or ''} |")
+            lines.append(f"| {spec.name} | | | | | | {target} | skipped | {row.skipped or ''} |")
             continue
         cpu = " / ".join(
             f"{row.cpu[k]:.2f}" if k in row.cpu else "–" for k in ("server", "client", "postgres", "other")
@@ -134,8 +141,9 @@ def markdown(results: Results) -> str:
         lines.append(
             f"| {spec.name} | {_number(row.value, spec.unit)} | "
             f"{_number(row.p99, spec.unit) if row.p99 is not None else ''} | "
-            f"{_number(row.reference_value) if row.reference_value is not None else ''} | "
-            f"{f'{row.ratio:.2f}×' if row.ratio is not None else ''} | {target} | {mark} | "
+            f"{f'{row.ratio:.2f}×' if row.ratio is not None else ''} | "
+            f"{f'{row.durable_ratio:.2f}×' if row.durable_ratio is not None else ''} | {row.per_call()} | "
+            f"{target} | {mark} | "
             f"{cpu if row.cpu else ''} |"
         )
     caveats = [f"- {row.spec.name}: {c}" for row in results.rows for c in row.caveats]
@@ -267,10 +275,11 @@ def _score(row: Row) -> float:
     """How far the row is toward its target: 1.0 exactly meets it, more is better."""
     target = row.spec.target
     assert target is not None and row.value is not None
+    ratio = row.judged_ratio
     if target.kind == "ratio_max":
-        return target.limit / row.ratio if row.ratio else 0.0
+        return target.limit / ratio if ratio else 0.0
     if target.kind == "ratio_min":
-        return (row.ratio or 0.0) / target.limit
+        return (ratio or 0.0) / target.limit
     if target.kind == "max":
         return target.limit / row.value if row.value else 0.0
     return row.value / target.limit

@@ -158,7 +158,7 @@ async def _throughput(
                 await client.expect("ready", 120)
             wakes_before, nats_before, t0 = heard(), nats.snapshot(), time.monotonic()
             warmup, seconds = sizes.throughput_warmup, sizes.throughput_seconds
-            start, end, cpu = await _window(stage, name, started, warmup, seconds)
+            start, end, cpu, _ = await _window(stage, name, started, warmup, seconds)
             wakes_after, nats_after, t1 = heard(), nats.snapshot(), time.monotonic()
             results = [await c.expect("result", 120) for c in started]
     completed = sum(r["completed"] for r in results)

@@ -54,9 +54,15 @@ def _split(items: Sequence[Any], parts: int) -> list[list[Any]]:
 
 
 async def _window(
-    stage: Stage, name: str, clients: list[ClientProcess], warmup: float, seconds: float
-) -> tuple[float, float, dict[str, float]]:
-    """Open the same timed window on every client; the cores each side used inside it."""
+    stage: Stage,
+    name: str,
+    clients: list[ClientProcess],
+    warmup: float,
+    seconds: float,
+    served: Served | None = None,
+) -> tuple[float, float, dict[str, float], dict[str, float]]:
+    """Open the same timed window on every client; the cores each side used inside it, and (given the
+    server) the database work it counted inside it."""
     meter = stage.meter()
     start = time.monotonic() + warmup
     end = start + seconds
@@ -64,10 +70,44 @@ async def _window(
         await client.send(json.dumps({"start": start, "end": end}))
     await asyncio.sleep(max(0.0, start - time.monotonic()))
     async with stage.profiled(name, seconds):
+        counted = await db_counts(served) if served is not None else None
         before = meter.snapshot()
         await asyncio.sleep(max(0.0, end - time.monotonic()))
         after = meter.snapshot()
-    return start, end, Meter.cores(before, after)
+        counted_after = await db_counts(served) if served is not None else None
+    return start, end, Meter.cores(before, after), per_call(counted, counted_after, 1)
+
+
+_DB_METRICS = {
+    "tapgate_db_transactions_total": "transactions",
+    "tapgate_db_writing_transactions_total": "writing",
+    "tapgate_db_statements_total": "statements",
+}
+
+
+async def db_counts(served: Served) -> dict[str, float] | None:
+    """The server's own counts of database transactions, writing ones and statements (``/metrics``);
+    None from a server that keeps none (the floors)."""
+    import httpx
+
+    found: dict[str, float] = {}
+    with contextlib.suppress(httpx.HTTPError, ValueError):
+        async with httpx.AsyncClient(base_url=served.url, timeout=10) as client:
+            response = await client.get("/metrics")
+            if response.status_code != 200:
+                return None
+            for line in response.text.splitlines():
+                metric, _, value = line.partition(" ")
+                if metric in _DB_METRICS:
+                    found[_DB_METRICS[metric]] = float(value)
+    return found if len(found) == len(_DB_METRICS) else None
+
+
+def per_call(before: dict[str, float] | None, after: dict[str, float] | None, calls: int) -> dict[str, float]:
+    """What the database did per call between two ``db_counts``; {} without counts or calls."""
+    if before is None or after is None or calls <= 0:
+        return {}
+    return {key: round((after[key] - before[key]) / calls, 2) for key in _DB_METRICS.values()}
 
 
 async def roundtrip(stage: Stage, name: str, served: Served, pair: Pair, device: str) -> Row:
@@ -83,6 +123,7 @@ async def roundtrip(stage: Stage, name: str, served: Served, pair: Pair, device:
     }
     async with stage.load([job], name) as [client]:
         await client.expect("ready", 60)
+        counted = await db_counts(served)
         meter = stage.meter()
         before = meter.snapshot()
         # Warm-up takes at most a quarter of the measuring time, measuring at most all of it.
@@ -93,10 +134,14 @@ async def roundtrip(stage: Stage, name: str, served: Served, pair: Pair, device:
             result = await client.expect("result", end - time.monotonic() + 120)
         cpu = Meter.cores(before, meter.snapshot())
     latencies = result["latencies"]
+    calls = len(latencies) + int(result.get("warmed", 0))
     detail: dict[str, Any] = _latency_detail(latencies) | {
         "count": len(latencies),
         "seconds": round(result["seconds"], 2),
         "errors": result["errors"],
+        # counted by the server over the warm-up and the measured calls (a link's own start and end
+        # are inside the window too: a few transactions over thousands of calls)
+        "db_per_round_trip": per_call(counted, await db_counts(served), calls),
     }
     row = Row(BY_NAME[name], cpu=cpu, detail=detail)
     if latencies:
@@ -116,10 +161,12 @@ async def throughput(stage: Stage, name: str, served: Served, pairs: list[Pair],
     async with stage.load(jobs, name) as started:
         for client in started:
             await client.expect("ready", 120)
-        start, end, cpu = await _window(
+        counted = await db_counts(served)
+        start, end, cpu, _ = await _window(
             stage, name, started, sizes.throughput_warmup, sizes.throughput_seconds
         )
         results = [await c.expect("result", 120) for c in started]
+        counted_after = await db_counts(served)
     completed = sum(r["completed"] for r in results)
     latencies = [x for r in results for x in r["latencies"]]
     errors: dict[str, int] = {}
@@ -134,6 +181,12 @@ async def throughput(stage: Stage, name: str, served: Served, pairs: list[Pair],
         "errors": errors,
         "under_load": _latency_detail(latencies),
     }
+    if served.workers == 1:  # /metrics answers for one worker only
+        # From ready to the end, over every call completed meanwhile (warm-up included): both ends are
+        # quiet, so a slow /metrics answer on a busy machine moves nothing. The links' own start (a hold
+        # and a first presence each) is inside and spread over the calls.
+        everything = sum(int(r.get("all_completed", r["completed"])) for r in results)
+        detail["db_per_round_trip"] = per_call(counted, counted_after, everything)
     row = Row(BY_NAME[name], cpu=cpu, detail=detail)
     if completed:
         row.value = round(completed / (end - start), 1)
@@ -207,12 +260,15 @@ async def idle(stage: Stage, name: str, served: Served, tokens: list[str], devic
         held = _established(served)
         links = await _ws_links(served) if device == "ws" else None
         before = meter.snapshot()
+        counted, counted_at = await db_counts(served), time.monotonic()
         samples = []
         async with stage.profiled(name, sizes.hold_seconds):
             for _ in range(3):
                 samples.append(rss_bytes(served.processes()))
                 await asyncio.sleep(sizes.hold_seconds / 3)
         hold_cpu = Meter.cores(before, meter.snapshot())
+        idle_db = per_call(counted, await db_counts(served), 1)
+        held_for = time.monotonic() - counted_at
         for client in started:
             await client.send("stop")
         results = [await c.expect("result", 120) for c in started]
@@ -231,6 +287,7 @@ async def idle(stage: Stage, name: str, served: Served, tokens: list[str], devic
         "baseline_mib": round(baseline / MIB, 1),
         "per_connection_kib": round((rss - baseline) / max(1, connected) / 1024, 1),
         "connect_cpu_cores": connect_cpu,
+        "db_per_second_held": {k: round(v / held_for, 2) for k, v in idle_db.items()},
         "errors": {k: v for r in results for k, v in r["errors"].items()},
     }
     row = Row(BY_NAME[name], value=round(rss / MIB, 1), cpu=hold_cpu, detail=detail)
@@ -256,14 +313,22 @@ async def ingest(stage: Stage, served: Served, tokens: list[str]) -> Row:
     }
     async with stage.load([job], "ingest") as [client]:
         await client.expect("ready", 60)
-        start, end, cpu = await _window(stage, "ingest", [client], sizes.ingest_warmup, sizes.ingest_seconds)
+        start, end, cpu, database = await _window(
+            stage, "ingest", [client], sizes.ingest_warmup, sizes.ingest_seconds, served
+        )
         result = await client.expect("result", 120)
     outcomes: dict[str, int] = result["outcomes"]
     answered = outcomes.get("stored", 0) + outcomes.get("duplicate", 0)
-    detail = {"devices": len(tokens), "concurrency": sizes.ingest_concurrency, "outcomes": outcomes}
+    detail: dict[str, Any] = {
+        "devices": len(tokens),
+        "concurrency": sizes.ingest_concurrency,
+        "outcomes": outcomes,
+    }
     row = Row(BY_NAME["ingest"], cpu=cpu, detail=detail)
     if answered:
         row.value = round(answered / (end - start), 1)
+        if database:
+            detail["db_per_message"] = {k: round(v / answered, 2) for k, v in database.items()}
     else:
         row.skipped = f"no message was stored: {outcomes}"
     return row

@@ -74,6 +74,7 @@ class Served:
     logs: Path
     port: int = field(default_factory=free_port)
     process: subprocess.Popen[bytes] | None = None
+    workers: int = 1
 
     @property
     def url(self) -> str:
@@ -83,12 +84,14 @@ class Served:
     def tapgate(cls, name: str, config: Path, logs: Path, workers: int = 1) -> Served:
         port = free_port()
         argv = ["-m", "tapgate", "serve", "--config", str(config), "--port", str(port)]
-        return cls(name, [*argv, "--workers", str(workers)], logs, port)
+        return cls(name, [*argv, "--workers", str(workers)], logs, port, workers=workers)
 
     @classmethod
-    def floor(cls, logs: Path) -> Served:
+    def floor(cls, logs: Path, durable: str | None = None, name: str = "floor") -> Served:
+        """The in-memory floor, or with ``durable`` (``sqlite:PATH`` or a PostgreSQL URL) a durable one."""
         port = free_port()
-        return cls("floor", ["-m", "tapgate.bench.floor", "--port", str(port)], logs, port)
+        argv = ["-m", "tapgate.bench.floor", "--port", str(port)]
+        return cls(name, [*argv, "--durable", durable] if durable else argv, logs, port)
 
     async def start(self) -> Served:
         """Start the process and wait until ``/readyz`` answers 200; raises RuntimeError if it exits."""
@@ -201,3 +204,24 @@ async def sqlite_database(folder: Path) -> str:
     url = f"sqlite:///{_made(folder) / 'tapgate.db'}"
     await migrate(url)
     return url
+
+
+@contextlib.asynccontextmanager
+async def plain_postgres_database(admin_url: str) -> AsyncIterator[str]:
+    """A fresh empty database for the durable floor, owned by the admin; yields its URL, drops it after."""
+    import asyncpg
+
+    name = f"tapgate_floor_{secrets.token_hex(4)}"
+    conn = await asyncpg.connect(admin_url)
+    try:
+        await conn.execute(f"CREATE DATABASE {name}")
+    finally:
+        await conn.close()
+    try:
+        yield make_url(admin_url).set(database=name).render_as_string(False)
+    finally:
+        conn = await asyncpg.connect(admin_url)
+        try:
+            await conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        finally:
+            await conn.close()

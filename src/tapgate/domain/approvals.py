@@ -21,6 +21,7 @@ from __future__ import annotations
 import base64
 import binascii
 import contextlib
+import functools
 import hashlib
 import json
 import re
@@ -289,7 +290,7 @@ def verify_decision(
 def _key(algorithm: KeyAlgorithm, public_key: PublicKey | str) -> PublicKey:
     if isinstance(public_key, str):
         try:
-            return load_public_key(algorithm, public_key)
+            return _loaded(algorithm, public_key)
         except InvalidInput as e:
             raise SignatureRefused(f"public key: {e.message}") from None
     wanted = ed25519.Ed25519PublicKey if algorithm is KeyAlgorithm.ED25519 else ec.EllipticCurvePublicKey
@@ -298,6 +299,13 @@ def _key(algorithm: KeyAlgorithm, public_key: PublicKey | str) -> PublicKey:
     ):
         raise SignatureRefused(f"the key is not a {algorithm} key")
     return public_key
+
+
+@functools.lru_cache(maxsize=4096)
+def _loaded(algorithm: KeyAlgorithm, public_key: str) -> PublicKey:
+    """A device's stored key, loaded once: the same text is always the same public key, and loading it
+    costs about a quarter of a P-256 verify (DESIGN §16's decisions target)."""
+    return load_public_key(algorithm, public_key)
 
 
 def _signature_bytes(signature: str) -> bytes:

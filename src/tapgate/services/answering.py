@@ -53,7 +53,9 @@ async def pending(ctx: Context, caller: DeviceCaller, wait: float = 0) -> Sequen
 
 
 async def take_pending(ctx: Context, caller: DeviceCaller) -> list[Invocation]:
-    """Pending invocations not yet overdue, marked as handed to the device."""
+    """Pending invocations not yet overdue. A device with a push target has them marked as handed over
+    (so its push for them is withheld); for any other device the fetch writes nothing, since nothing
+    reads the mark but the push worker."""
     now = ctx.clock.now()
     async with ctx.store.unit_of_work(caller.principal.tenant_id) as uow:
         found = [
@@ -61,7 +63,9 @@ async def take_pending(ctx: Context, caller: DeviceCaller) -> list[Invocation]:
             for i in await uow.invocations.pending_for(caller.device.device_uid, MAX_FETCH)
             if not i.due(now)
         ]
-        await uow.invocations.mark_delivered([i.invocation_id for i in found if i.delivered_at is None], now)
+        fresh = [i.invocation_id for i in found if i.delivered_at is None]
+        if fresh and caller.device.push is not None:
+            await uow.invocations.mark_delivered(fresh, now)
     return found
 
 

@@ -158,6 +158,26 @@ async def invoke(ctx: Context, caller: Principal, call: Call, wait: float = 0) -
     if call.origin not in ("owner", "untrusted"):
         raise InvalidInput("origin", "origin must be owner or untrusted.")
     invocation_id = call.invocation_id or new_id("inv")
+    if wait <= 0:
+        return (await _invoke(ctx, caller, call, arguments, invocation_id)).view
+    # Subscribed before the row is written, so the answer's wake cannot come before the wait and the
+    # row just written need not be read again before waiting.
+    with ctx.wake.subscribe(invocation_key(caller.tenant_id, invocation_id)) as answered:
+        first = await _invoke(ctx, caller, call, arguments, invocation_id)
+        if first.status_known is None:
+            return first.view
+        return await _await_answer(ctx, caller, invocation_id, wait, answered, first.status_known)
+
+
+@dataclass(frozen=True, slots=True)
+class _Invoked:
+    view: View
+    status_known: Invocation | None  # the row as this call wrote or found it; None: refused
+
+
+async def _invoke(
+    ctx: Context, caller: Principal, call: Call, arguments: dict[str, Any], invocation_id: str
+) -> _Invoked:
     digest = arguments_sha256(call.tool, arguments)
     now = ctx.clock.now()
     assert caller.user_id is not None
@@ -171,7 +191,8 @@ async def invoke(ctx: Context, caller: Principal, call: Call, wait: float = 0) -
                     delivered = await _chain(ctx, uow, caller, call, arguments, invocation_id, digest, now)
                 except _Refusal as refusal:
                     await _journal_refusal(uow, caller, call, invocation_id, refusal, now)
-                    return View(invocation_id, call.tool, refusal.status, now, now, reason=refusal.reason)
+                    refused = View(invocation_id, call.tool, refusal.status, now, now, reason=refusal.reason)
+                    return _Invoked(refused, None)
                 faults.crash_point("invoke.before_commit")
     except Conflict:
         if call.invocation_id is None:
@@ -183,7 +204,7 @@ async def invoke(ctx: Context, caller: Principal, call: Call, wait: float = 0) -
             raise
         delivered = _replayed(existing, caller, digest)
     faults.crash_point("invoke.after_commit")
-    return await result(ctx, caller, delivered.invocation_id, wait) if wait > 0 else view(delivered)
+    return _Invoked(view(delivered), delivered)
 
 
 def _replayed(existing: Invocation, caller: Principal, digest: str) -> Invocation:
@@ -467,25 +488,40 @@ async def result(ctx: Context, caller: Principal, invocation_id: str, wait: floa
     own agent made; the user's own token reads all of theirs. Raises NotFound."""
     if caller.kind is not TokenKind.USER:
         caller.require(TokenKind.AGENT, TokenKind.USER, scope=Scope.TOOLS)
+    with ctx.wake.subscribe(invocation_key(caller.tenant_id, invocation_id)) as answered:
+        return await _await_answer(ctx, caller, invocation_id, wait, answered)
+
+
+async def _await_answer(
+    ctx: Context,
+    caller: Principal,
+    invocation_id: str,
+    wait: float,
+    answered: asyncio.Event,
+    known: Invocation | None = None,
+) -> View:
+    """Wait on ``answered`` (subscribed before ``known`` was read, if given) for the invocation's end."""
     wait = max(0.0, min(float(wait), MAX_WAIT))
     loop = asyncio.get_running_loop()
     deadline = loop.time() + wait
-    with ctx.wake.subscribe(invocation_key(caller.tenant_id, invocation_id)) as answered:
-        while True:
+    while True:
+        if known is not None:
+            invocation, known = known, None
+        else:
             answered.clear()
             invocation = await _read(ctx, caller, invocation_id)
-            if not invocation.status.open:
-                return view(invocation)
-            now = ctx.clock.now()
-            if invocation.due(now):
-                return view(await expire(ctx, invocation, now))
-            left = deadline - loop.time()
-            if left <= 0:
-                return view(invocation)
-            until_due = (invocation.expires_at - now).total_seconds()
-            faults.crash_point("result.waiting")
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(answered.wait(), timeout=wait_slice(ctx, min(left, until_due)) + 0.001)
+        if not invocation.status.open:
+            return view(invocation)
+        now = ctx.clock.now()
+        if invocation.due(now):
+            return view(await expire(ctx, invocation, now))
+        left = deadline - loop.time()
+        if left <= 0:
+            return view(invocation)
+        until_due = (invocation.expires_at - now).total_seconds()
+        faults.crash_point("result.waiting")
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(answered.wait(), timeout=wait_slice(ctx, min(left, until_due)) + 0.001)
 
 
 async def _read(ctx: Context, caller: Principal, invocation_id: str) -> Invocation:

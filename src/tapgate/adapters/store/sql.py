@@ -22,6 +22,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from tapgate.adapters.store import queries as q
 from tapgate.adapters.store import tables as t
+from tapgate.adapters.store.counting import count
 from tapgate.adapters.store.sqlite import SqliteDatabase
 from tapgate.adapters.store.urls import engine_url
 from tapgate.adapters.wake.local import LocalWake
@@ -156,6 +157,7 @@ def open_sql_store(
     if url.get_backend_name() == "sqlite":
         return SqlStore(None, wake, SqliteDatabase(url))
     engine = create_async_engine(url, pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True)
+    count(engine.sync_engine)
     return SqlStore(engine, wake, database_notify=database_notify)
 
 

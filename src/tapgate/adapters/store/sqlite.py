@@ -21,6 +21,8 @@ from sqlalchemy.engine import URL, Connection, Engine, NestedTransaction, Result
 from sqlalchemy.pool import StaticPool
 from sqlalchemy.sql.base import Executable
 
+from tapgate.adapters.store.counting import count
+
 
 class SyncConnection:
     """The part of SQLAlchemy's AsyncConnection the repositories use, over a sync connection."""
@@ -65,6 +67,7 @@ class SqliteDatabase:
             connect_args={"timeout": 30, "check_same_thread": False},
         )
         _tune(self.engine)
+        count(self.engine)
         self._conn: Connection | None = None
         self._lock = asyncio.Lock()
 

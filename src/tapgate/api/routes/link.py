@@ -2,8 +2,10 @@
 
 The device authenticates with its token in the upgrade's Authorization header or in a first
 ``device:auth`` frame. The server sends every pending invocation as ``device:invoke`` at once and each
-new one the moment it is written (in any process), revalidates the device on every wake, and sends
-``device:revoked`` before closing a removed device's link. Malformed frames are dropped and counted.
+new one the moment it is written (in any process), revalidates the device on every wake (new work, or a
+change to its tenant's credentials, relayed by ``services/links.py``), and sends ``device:revoked``
+before closing a removed device's link. Malformed frames are dropped and counted. An idle link does
+nothing: no timer revalidates it, and its hold is renewed with every other link of the process in batches.
 """
 
 from __future__ import annotations
@@ -28,8 +30,7 @@ from tapgate.services.devices import DeviceCaller
 router = APIRouter()
 log = logging.getLogger(__name__)
 AUTH_SECONDS = 10.0
-REFRESH_SECONDS = 25.0
-LINK_SECONDS = 60.0
+LINK_SECONDS = 60.0  # the hold written at connect; services/links.py renews it while the link is open
 UNAUTHORIZED = 4401
 REVOKED = 4403
 TOO_MANY = 4429
@@ -180,7 +181,8 @@ class DeviceLink:
     async def _send(self) -> None:
         tenant, uid = self.caller.principal.tenant_id, self.caller.device.device_uid
         sent: set[str] = set()
-        with self.gateway.ctx.wake.subscribe(device_key(tenant, uid)) as woken:
+        ctx, links = self.gateway.ctx, self.gateway.links
+        with ctx.wake.subscribe(device_key(tenant, uid)) as woken, links.holding(tenant, uid, woken):
             while True:
                 woken.clear()
                 try:
@@ -206,12 +208,11 @@ class DeviceLink:
                         }
                         await self.ws.send_text(json.dumps(frame))
                 sent = {i.invocation_id for i in pending}
-                try:
+                # Idle until woken; only while notifications may be missed does the link poll.
+                with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(
-                        woken.wait(), timeout=wait_slice(self.gateway.ctx, REFRESH_SECONDS)
+                        woken.wait(), timeout=wait_slice(ctx, LINK_SECONDS) if ctx.wake.degraded else None
                     )
-                except TimeoutError:
-                    await self.gateway.hold_link(self.caller, LINK_SECONDS)
 
     async def _receive(self) -> None:
         while True:

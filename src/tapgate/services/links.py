@@ -1,0 +1,102 @@
+"""The live device links this process holds, so that an idle link costs the database nothing.
+
+A link's device is marked held (``link_until``) when it connects and released when it closes; while it is
+open, this registry renews every held link of the process in a few batched units of work per interval
+(one per tenant and batch), instead of each link writing its own every 25 s. A link re-checks its
+device's credential only when woken: by its device's key (new work, a revocation of the device) or by its
+tenant's ``auth`` key (a credential or device changed, in any process), which the registry relays to the
+tenant's links — never on a timer. While notifications may be missed the links poll as every waiter does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import defaultdict
+from collections.abc import Iterator
+from datetime import timedelta
+
+from tapgate.domain.errors import TapgateError
+from tapgate.services.authcache import AUTH_SUFFIX
+from tapgate.services.context import Context
+
+log = logging.getLogger(__name__)
+HOLD_SECONDS = 60.0  # a held link counts as live this long after its last renewal
+RENEW_SECONDS = 25.0
+BATCH = 500  # links renewed per unit of work
+
+
+class LiveLinks:
+    def __init__(
+        self, ctx: Context, renew_seconds: float = RENEW_SECONDS, hold_seconds: float = HOLD_SECONDS
+    ) -> None:
+        self.ctx = ctx
+        self.renew_seconds = renew_seconds
+        self.hold_seconds = hold_seconds
+        self._links: defaultdict[str, dict[str, set[asyncio.Event]]] = defaultdict(dict)
+        self._task: asyncio.Task[None] | None = None
+        ctx.wake.listen(self._on_notify)
+
+    def __len__(self) -> int:
+        return sum(len(events) for devices in self._links.values() for events in devices.values())
+
+    @contextlib.contextmanager
+    def holding(self, tenant_id: str, device_uid: str, woken: asyncio.Event) -> Iterator[None]:
+        """Count the link as live, renew its hold, and set ``woken`` when its tenant's credentials change."""
+        devices = self._links[tenant_id]
+        devices.setdefault(device_uid, set()).add(woken)
+        try:
+            yield
+        finally:
+            events = devices.get(device_uid)
+            if events is not None:
+                events.discard(woken)
+                if not events:
+                    del devices[device_uid]
+            if not devices:
+                self._links.pop(tenant_id, None)
+
+    def _on_notify(self, key: str | None) -> None:
+        if key is None:
+            tenants = list(self._links)
+        elif key.endswith(AUTH_SUFFIX):
+            tenants = [key[: -len(AUTH_SUFFIX)]]
+        else:
+            return
+        for tenant in tenants:
+            for events in self._links.get(tenant, {}).values():
+                for event in events:
+                    event.set()
+
+    async def renew(self) -> int:
+        """Hold every live link of this process for ``hold_seconds`` more; how many were renewed."""
+        until = self.ctx.clock.now() + timedelta(seconds=self.hold_seconds)
+        renewed = 0
+        for tenant, devices in list(self._links.items()):
+            uids = list(devices)
+            for start in range(0, len(uids), BATCH):
+                async with self.ctx.store.unit_of_work(tenant) as uow:
+                    for uid in uids[start : start + BATCH]:
+                        await uow.devices.set_link(uid, until)
+                renewed += len(uids[start : start + BATCH])
+        return renewed
+
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.create_task(self._run())
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    async def _run(self) -> None:
+        while True:
+            await asyncio.sleep(self.renew_seconds)
+            try:
+                await self.renew()
+            except TapgateError as e:  # the database is away: the next round tries again
+                log.warning("link renewal failed", extra={"error": type(e).__name__})

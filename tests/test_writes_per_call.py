@@ -1,0 +1,45 @@
+"""Two writing transactions per call (DESIGN §16): the call and its answer commit; authenticating, the
+device's fetch and the agent's read of the answer do not. Counted by the store's own counters."""
+
+from __future__ import annotations
+
+import asyncio
+
+import httpx
+
+from tapgate.adapters.store.counting import COUNTS
+from tests.world import LAMP, World, bearer, device_body
+
+TOOL = "device__desk_lamp__set_light"
+
+
+async def _round_trip(client: httpx.AsyncClient, agent: str, lamp: str) -> None:
+    waiting = asyncio.create_task(
+        client.post(
+            "/v1/invocations",
+            json={"tool": TOOL, "arguments": {"on": True}, "wait": 20},
+            headers=bearer(agent),
+        )
+    )
+    r = await client.get("/v1/device/invocations", params={"wait": 10}, headers=bearer(lamp))
+    [call] = r.json()["invocations"]
+    r = await client.post(
+        f"/v1/device/invocations/{call['id']}/result", json={"status": "done"}, headers=bearer(lamp)
+    )
+    assert r.status_code == 200, r.text
+    view = (await asyncio.wait_for(waiting, timeout=20)).json()
+    assert view["status"] == "done"
+
+
+async def test_a_call_to_a_device_without_push_commits_twice_its_call_and_its_answer(
+    device_api: httpx.AsyncClient,
+) -> None:
+    world = await World(device_api).start()
+    await world.person("ana")
+    agent = await world.agent("ana")
+    lamp = await world.enrol("ana", device_body("desk-lamp", [LAMP], grants=["set_light"]))
+    await _round_trip(device_api, agent, lamp)  # the tokens and the device are in the cache now
+    before = COUNTS.writing
+    for _ in range(3):
+        await _round_trip(device_api, agent, lamp)
+    assert COUNTS.writing - before == 2 * 3
