@@ -12,6 +12,8 @@ from starlette.routing import Route
 
 from tapgate import __version__
 from tapgate.api import errors
+from tapgate.api.console import headers as console_headers
+from tapgate.api.console import routes as console
 from tapgate.api.mcp import McpEndpoint
 from tapgate.api.middleware import BodyLimit, Observe
 from tapgate.api.push_metrics import register_push_metrics
@@ -20,6 +22,7 @@ from tapgate.api.routes import (
     agents,
     approvals,
     audit,
+    console_sign_in,
     device,
     devices,
     events,
@@ -101,8 +104,12 @@ def create_app(
         app.include_router(webapp.router)
         app.mount("/app", webapp.static_app(), name="app")
         app.include_router(notices.router, responses=_ERRORS)
+        app.include_router(console_sign_in.router, responses=_ERRORS)
+        app.include_router(console.router)
+        app.mount("/console/static", console_headers.static_files(), name="console-static")
     if gateway.push_stats is not None:
         register_push_metrics(app.state.metrics, gateway.push_stats)
+    app.add_middleware(console_headers.ConsoleHeaders)
     app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
     app.add_middleware(Observe, registry=app.state.metrics)
     return app

@@ -37,8 +37,8 @@ class Approval:
     approval_id: str
     user_id: str
     agent_id: str
-    invocation_id: str
-    kind: str  # the capability
+    invocation_id: str | None  # None: the approval is for no tool call (console_login)
+    kind: str  # the capability, or what else the person approves (console_login)
     subject: str  # the device id
     prompt: str
     preview: Mapping[str, Any]

@@ -24,6 +24,7 @@ from tapgate.domain.invocations import Invocation, Status
 from tapgate.domain.principals import Principal, Scope, TokenKind
 from tapgate.domain.text import check_display_text
 from tapgate.ports import UnitOfWork
+from tapgate.services import console
 from tapgate.services.context import Context, events_key, inbox_key, invocation_key, wait_slice
 from tapgate.services.invoking import announce, deliver, timeout_for
 
@@ -87,12 +88,12 @@ async def decide(ctx: Context, caller: Principal, approval_id: str, body: Decisi
             raise NotFound(f"There is no approval {approval_id!r}.")
         if approval.status is not ApprovalStatus.PENDING:
             raise Conflict(f"This approval was decided already: {approval.status.value}.")
-        invocation = await uow.invocations.get(approval.invocation_id)
-        assert invocation is not None
-        ended = now >= approval.expires_at or not invocation.status.open
+        invocation = await uow.invocations.get(approval.invocation_id) if approval.invocation_id else None
+        ended = now >= approval.expires_at or (invocation is not None and not invocation.status.open)
         if ended and body.signature is None:
             raise Gone("This approval's window has passed; the call it was for has ended.")
         try:
+            console.require_signature_for_login(approval, body.signature is not None)
             by, device_id = await _check_decider(ctx, uow, caller, approval, body, now)
         except (Forbidden, SignatureRefused) as e:
             detail = getattr(e, "detail", e.message)
@@ -169,7 +170,7 @@ async def _record(
     uow: UnitOfWork,
     caller: Principal,
     approval: Approval,
-    invocation: Invocation,
+    invocation: Invocation | None,
     body: DecisionBody,
     message: str | None,
     by: str,
@@ -189,12 +190,17 @@ async def _record(
             data={
                 "decided_by": by,
                 "device_id": device_id,
-                "invocation_id": invocation.invocation_id,
+                "invocation_id": approval.invocation_id,
+                "kind": approval.kind,
                 "not_me": body.not_me,
             },
         ),
         now,
     )
+    if invocation is None:  # no tool call waits on it: what the approval was for follows the decision
+        uow.notify(inbox_key(approval.tenant_id, approval.user_id))
+        await console.on_login_decided(uow, decided)
+        return decided
     await uow.events.append(
         approval.user_id,
         APPROVAL_DECIDED,
