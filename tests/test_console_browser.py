@@ -9,7 +9,6 @@ from __future__ import annotations
 import re
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
@@ -28,7 +27,6 @@ pytestmark = pytest.mark.asyncio(loop_scope="module")
 gateway, browser, home = app.gateway, app.browser, app.home
 
 PAGES = ("devices", "approvals", "calls", "agents", "audit", "sessions")
-DOCS_SCREENSHOTS = Path(__file__).parent.parent / "docs" / "console"
 
 
 @dataclass
@@ -165,7 +163,6 @@ async def test_every_console_page_works_by_keyboard_alone_and_passes_axe(
     console = await _signed_in(browser, home, phone, gateway)
     page = console.page
     axe = Axe()
-    DOCS_SCREENSHOTS.mkdir(exist_ok=True)
     for name in PAGES:
         await console.goto(name)
         await expect(page.locator("h1")).to_be_visible()
