@@ -130,6 +130,8 @@ RULES: dict[tuple[str, str], Rule] = {
     ),
     ("POST", "/v1/device/ingest"): Rule(DEVICE_WRITE),
     ("GET", "/v1/inbox"): Rule({"user": "approve", "device": None}),
+    # any paired device may answer a console's sign-in: the person whose phone answers is the one signed in
+    ("POST", "/v1/console/sign-ins/{sign_in_id}/ask"): Rule({"device": None}),
     ("POST", "/v1/approvals/{approval_id}"): Rule(
         {"operator": None, "user": "approve", "device": None}, of_ana=True, foreign="approval_id"
     ),
@@ -266,6 +268,12 @@ class Matrix:
                 "body": text,
                 "received_at": "2026-01-01T08:00:00Z",
             }
+        elif template == "/v1/console/sign-ins/{sign_in_id}/ask":
+            gateway = self.client.app.state.gateway  # type: ignore[attr-defined]
+            sign_in, _ = await gateway.start_console_sign_in(
+                "globex" if caller.owner == "tom" else "acme", ""
+            )
+            path = path.replace("{sign_in_id}", sign_in.sign_in_id)
         elif template == "/v1/approvals/{approval_id}":
             approval = await self.approval()
             path, body = path.replace("{approval_id}", approval["id"]), {"decision": "approved"}

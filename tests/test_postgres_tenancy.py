@@ -23,7 +23,17 @@ from tapgate.adapters.store.tables import APPEND_ONLY_TABLES, TENANT_TABLES, met
 from tapgate.adapters.wake.local import LocalWake
 from tapgate.domain.approvals import Decision
 from tapgate.domain.principals import TokenKind
-from tapgate.services import accounts, answering, approving, devices, ingesting, invoking, pairings, sessions
+from tapgate.services import (
+    accounts,
+    answering,
+    approving,
+    console,
+    devices,
+    ingesting,
+    invoking,
+    pairings,
+    sessions,
+)
 from tapgate.services.approving import DecisionBody
 from tapgate.services.context import Context
 from tapgate.services.invoking import Call
@@ -92,6 +102,7 @@ async def _seed_devices(store: Any, clock: FrozenClock, operator: Any, user: str
         [approval] = [a for a in await uow.approvals.pending_for(user) if a.kind == "unlock_door"]
     denied = DecisionBody(Decision.DENIED, not_me=True)
     await approving.decide(ctx, operator, approval.approval_id, denied)
+    await console.finish_sign_in(ctx, await console.create_link(ctx, operator, user), "seed")
 
 
 @pytest.fixture(scope="module")

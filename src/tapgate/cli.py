@@ -16,6 +16,7 @@ import typer
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
+from tapgate.cli_console import console_app
 from tapgate.device.cli import device_app
 from tapgate.domain.audit import BrokenChain
 from tapgate.domain.errors import ConfigurationError, TapgateError
@@ -40,6 +41,7 @@ app.add_typer(tenant_app, name="tenant")
 app.add_typer(token_app, name="token")
 app.add_typer(audit_app, name="audit")
 app.add_typer(device_app, name="device")
+app.add_typer(console_app, name="console")
 
 ConfigOption = Annotated[
     str | None, typer.Option("--config", help="Settings file (default: TAPGATE_CONFIG, else ./tapgate.toml).")

@@ -8,6 +8,7 @@ from typing import Any, Protocol
 
 from tapgate.domain.accounts import Credential, User
 from tapgate.domain.audit import AuditEntry
+from tapgate.domain.console import ConsoleSession, SignIn
 from tapgate.domain.devices import Device
 from tapgate.domain.errors import Unauthenticated
 from tapgate.domain.events import Event
@@ -23,6 +24,7 @@ from tapgate.services import (
     accounts,
     answering,
     approving,
+    console,
     devices,
     events,
     ingesting,
@@ -394,3 +396,59 @@ class Gateway:
         self, caller: DeviceCaller, channel: str, sender: str, body: str, received_at: datetime
     ) -> Ingested:
         return await ingesting.ingest(self.ctx, caller, channel, sender, body, received_at)
+
+    # the person's console
+
+    async def start_console_sign_in(self, tenant_id: str, browser: str) -> tuple[SignIn, str]:
+        """A sign-in a paired phone can approve, and the token only the starting browser keeps."""
+        return await console.start_phone_sign_in(self.ctx, tenant_id, browser)
+
+    def console_sign_in_url(self, sign_in: SignIn) -> str:
+        """What the console's QR code carries: the browser app opens it and asks its person."""
+        return f"{self.public_url}/app/#console={sign_in.tenant_id}.{sign_in.sign_in_id}"
+
+    async def console_link(self, caller: Principal, user_id: str) -> str:
+        """A one-time link that signs ``user_id`` into the console (operator only; 15 minutes)."""
+        token = await console.create_link(self.ctx, caller, user_id)
+        return f"{self.public_url}/console/link/{token}"
+
+    async def ask_console_sign_in(self, caller: DeviceCaller, sign_in_id: str) -> Approval:
+        """The phone that scanned the console's code opens the console_login approval it then signs."""
+        return await console.ask_phone(self.ctx, caller.principal, sign_in_id)
+
+    async def console_sign_in_state(self, token: str) -> tuple[SignIn, Approval | None]:
+        return await console.sign_in_state(self.ctx, token)
+
+    async def finish_console_sign_in(self, token: str, browser: str) -> console.NewSession:
+        return await console.finish_sign_in(self.ctx, token, browser)
+
+    async def console_session(self, cookie: str) -> tuple[ConsoleSession, str]:
+        """The live session behind a console cookie, and the cookie's secret (its forms' CSRF key)."""
+        return await console.authenticate(self.ctx, cookie)
+
+    async def console_sessions(self, session: ConsoleSession) -> Sequence[ConsoleSession]:
+        return await console.sessions(self.ctx, session)
+
+    async def revoke_console_session(self, session: ConsoleSession, session_id: str) -> None:
+        await console.revoke_session(self.ctx, session, session_id)
+
+    async def console_user(self, caller: Principal) -> User:
+        return await console.user(self.ctx, caller)
+
+    async def pause_agents(self, caller: Principal, paused: bool) -> bool:
+        """Pause or resume every agent of the person (their calls get ``[deny] paused by the person``)."""
+        return await console.set_paused(self.ctx, caller, paused)
+
+    async def agents_paused(self, caller: Principal) -> bool:
+        return await console.paused(self.ctx, caller)
+
+    async def call_history(
+        self, caller: Principal, agent_id: str | None = None, status: str | None = None
+    ) -> list[console.CallRow]:
+        caller.require(TokenKind.USER, scope=Scope.DEVICE_READ)
+        return await console.calls(self.ctx, caller, agent_id, status)
+
+    async def person_audit(self, caller: Principal) -> list[AuditEntry]:
+        """The person's own journal entries among the tenant's newest."""
+        caller.require(TokenKind.USER, scope=Scope.DEVICE_READ)
+        return await console.audit(self.ctx, caller)

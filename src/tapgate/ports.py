@@ -10,6 +10,7 @@ from typing import Protocol
 
 from tapgate.domain.accounts import Credential, Tenant, User
 from tapgate.domain.audit import AuditEntry, AuditRecord
+from tapgate.domain.console import ConsoleSession, SignIn, SignInStatus
 from tapgate.domain.devices import Declared, Device, DeviceStatus, PushTarget
 from tapgate.domain.events import Event, EventValue
 from tapgate.domain.inbox import Approval
@@ -150,6 +151,11 @@ class Invocations(Protocol):
         ``capabilities`` and every result text (the device's message, a late report's); the rows and
         their argument digests stay. Returns how many rows changed."""
 
+    async def history(
+        self, user_id: str, limit: int, agent_id: str | None = None, status: str | None = None
+    ) -> Sequence[Invocation]:
+        """The user's calls, newest first, optionally of one agent or in one status."""
+
 
 class Outbox(Protocol):
     async def add(self, item: OutboxItem) -> None: ...
@@ -196,6 +202,27 @@ class Pauses(Protocol):
     async def pause(self, user_id: str, agent_id: str, until: datetime) -> None: ...
 
     async def paused_until(self, user_id: str, agent_id: str) -> datetime | None: ...
+
+
+class SignIns(Protocol):
+    async def add(self, sign_in: SignIn) -> None: ...
+
+    async def get(self, sign_in_id: str) -> SignIn | None: ...
+
+    async def save(self, sign_in: SignIn, was: SignInStatus) -> bool:
+        """Store ``sign_in`` if its row is still in status ``was``; False if another request moved it."""
+
+
+class ConsoleSessions(Protocol):
+    async def add(self, session: ConsoleSession) -> None: ...
+
+    async def get(self, session_id: str) -> ConsoleSession | None: ...
+
+    async def list_for(self, user_id: str) -> Sequence[ConsoleSession]:
+        """The user's sessions, newest first, revoked and expired ones included."""
+
+    async def revoke(self, session_id: str, at: datetime) -> bool:
+        """Revoke a live session; False if it was revoked already or does not exist."""
 
 
 class Ingests(Protocol):
@@ -277,6 +304,10 @@ class UnitOfWork(Protocol):
     def pauses(self) -> Pauses: ...
     @property
     def ingests(self) -> Ingests: ...
+    @property
+    def sign_ins(self) -> SignIns: ...
+    @property
+    def console_sessions(self) -> ConsoleSessions: ...
 
     def notify(self, key: str) -> None:
         """Wake every waiter on ``key`` once this unit of work commits (in every process)."""

@@ -12,6 +12,8 @@ from starlette.routing import Route
 
 from tapgate import __version__
 from tapgate.api import errors, reference
+from tapgate.api.console import headers as console_headers
+from tapgate.api.console import routes as console
 from tapgate.api.db_metrics import register_db_metrics
 from tapgate.api.json_keys import NoRepeatedKeys
 from tapgate.api.lapse import EndOnLapse
@@ -23,6 +25,7 @@ from tapgate.api.routes import (
     agents,
     approvals,
     audit,
+    console_sign_in,
     device,
     devices,
     events,
@@ -113,11 +116,15 @@ def create_app(
         app.include_router(webapp.router)
         app.mount("/app", webapp.static_app(), name="app")
         app.include_router(notices.router, responses=_ERRORS)
+        app.include_router(console_sign_in.router, responses=_ERRORS)
+        app.include_router(console.router)
+        app.mount("/console/static", console_headers.static_files(), name="console-static")
     if gateway.push_stats is not None:
         register_push_metrics(app.state.metrics, gateway.push_stats)
     app.add_middleware(NoRepeatedKeys)
     app.add_middleware(EndOnLapse, gateway=gateway)
     app.add_middleware(StreamLimit, slots=app.state.stream_slots)
+    app.add_middleware(console_headers.ConsoleHeaders)
     app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
     app.add_middleware(Observe, registry=app.state.metrics)
     return app

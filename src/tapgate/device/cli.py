@@ -354,6 +354,37 @@ def decide(
     typer.echo(f"approval {approval_id}: {r.json()['status']} (signed by {phone_state.device_id})")
 
 
+@device_app.command()
+def login(
+    url: Annotated[str, typer.Argument(help="The link the console's QR code carries (…/app/#console=…).")],
+    state: StateOption = DEFAULT_STATE,
+    yes: Annotated[bool, typer.Option("--yes", help="Approve without asking (for scripts).")] = False,
+) -> None:
+    """Sign in to the person's console: this device asks, shows the sign-in's code, and signs your yes."""
+    fragment = url.partition("#")[2]
+    sign_in = fragment.removeprefix("console=") if fragment.startswith("console=") else ""
+    tenant_id, _, sign_in_id = sign_in.partition(".")
+    if not tenant_id or not sign_in_id:
+        _fail("That is not a console sign-in link: it ends in #console=TENANT.ID (the console shows it).", 2)
+    phone_state = _state(state)
+    key = _key(Path(phone_state.key_file))
+    gateway, auth = phone_state.gateway_url, {"Authorization": f"Bearer {phone_state.token}"}
+    r = _request("POST", f"{gateway}/v1/console/sign-ins/{sign_in_id}/ask", headers=auth)
+    if r.status_code != 201:
+        _fail(f"The gateway did not open the sign-in: {_error(r)}")
+    approval = r.json()
+    typer.echo(approval.get("prompt", ""))
+    for field in approval.get("preview", {}).get("fields", []):
+        typer.echo(f"  {field.get('label')}: {field.get('value')}")
+    approved = yes or typer.confirm("Sign in to the console with this code?", default=False)
+    decision = Decision.APPROVED if approved else Decision.DENIED
+    body = _signed(key, phone_state.device_id, approval, decision, None, False)
+    r = _request("POST", f"{gateway}/v1/approvals/{approval['id']}", json=body, headers=auth)
+    if r.status_code != 200:
+        _fail(f"The gateway refused the decision: {_error(r)}")
+    typer.echo("Signed in: the console opens on its own." if approved else "Sign-in declined.")
+
+
 def _signed(
     key: PrivateKey,
     device_id: str,

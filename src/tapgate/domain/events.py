@@ -16,6 +16,8 @@ INGEST_MESSAGE = "ingest.message"
 # The agent's tool list may have changed (a grant, a device, its capabilities, a session's phone): ids
 # and a fixed word for what changed, never any text, so a runtime knows to list its tools again.
 TOOLS_CHANGED = "tools.changed"
+AGENTS_PAUSED = "agents.paused"  # the person paused every agent from the console
+AGENTS_RESUMED = "agents.resumed"
 
 
 @dataclass(frozen=True, slots=True)

@@ -38,8 +38,8 @@ class Approval:
     approval_id: str
     user_id: str
     agent_id: str
-    invocation_id: str | None  # None for an approval no agent's call waits on (a device_pair)
-    kind: str  # the capability
+    invocation_id: str | None  # None for an approval no agent's call waits on (device_pair, console_login)
+    kind: str  # the capability, or what else the person approves (device_pair, console_login)
     subject: str  # the device id
     prompt: str
     preview: Mapping[str, Any]

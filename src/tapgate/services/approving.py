@@ -16,6 +16,7 @@ from datetime import datetime, timedelta
 from tapgate import faults
 from tapgate.domain.approvals import Decision, SignatureRefused, signed_text, verify_decision
 from tapgate.domain.audit import AuditRecord
+from tapgate.domain.console import CONSOLE_LOGIN
 from tapgate.domain.devices import Device, DeviceStatus
 from tapgate.domain.errors import Conflict, Forbidden, Gone, InvalidInput, NotFound
 from tapgate.domain.events import APPROVAL_DECIDED
@@ -25,6 +26,7 @@ from tapgate.domain.principals import Principal, Scope, TokenKind
 from tapgate.domain.text import check_display_text
 from tapgate.domain.vouching import DEVICE_PAIR
 from tapgate.ports import UnitOfWork
+from tapgate.services import console
 from tapgate.services.context import Context, events_key, inbox_key, invocation_key, wait_slice
 from tapgate.services.invoking import announce, deliver, timeout_for
 from tapgate.services.vouched import vouched
@@ -99,6 +101,7 @@ async def decide(ctx: Context, caller: Principal, approval_id: str, body: Decisi
         if ended and body.signature is None:
             raise Gone("This approval's window has passed; the call it was for has ended.")
         try:
+            console.require_signature_for_login(approval, body.signature is not None)
             by, device_id = await _check_decider(ctx, uow, caller, approval, body, now)
         except (Forbidden, SignatureRefused) as e:
             detail = getattr(e, "detail", e.message)
@@ -119,7 +122,11 @@ async def decide(ctx: Context, caller: Principal, approval_id: str, body: Decisi
             )
             refusal = e
         else:
-            if invocation is None:
+            if approval.kind == CONSOLE_LOGIN:
+                approval = await console.login_decided(
+                    uow, caller, approval, body.decision, by, device_id, now
+                )
+            elif invocation is None:
                 approval = await vouched(uow, caller, approval, body.decision, by, device_id, now)
             else:
                 approval = await _record(

@@ -56,6 +56,11 @@ def auth_key(tenant_id: str) -> str:
     return f"{tenant_id}:auth"
 
 
+def sign_in_key(tenant_id: str, sign_in_id: str) -> str:
+    """Notified when a console sign-in is asked or decided on a phone."""
+    return f"{tenant_id}:sign-in:{sign_in_id}"
+
+
 def inbox_key(tenant_id: str, user_id: str) -> str:
     """Notified when the user's inbox of approvals changes."""
     return f"{tenant_id}:inbox:{user_id}"

@@ -20,6 +20,7 @@ from tapgate import faults
 from tapgate.domain import phone_action
 from tapgate.domain.approvals import action_sha256, new_sign_block
 from tapgate.domain.audit import AuditRecord
+from tapgate.domain.console import PAUSED_REASON
 from tapgate.domain.devices import PHONE_ACTIONS, SMS_SEND, Capability, Device, DeviceStatus
 from tapgate.domain.errors import Conflict, InvalidInput, NotFound
 from tapgate.domain.events import APPROVAL_REQUESTED, INVOCATION_RESOLVED
@@ -44,6 +45,7 @@ from tapgate.domain.sessions import Session, SessionKind
 from tapgate.domain.shown import TOO_LONG, TooLongToShow
 from tapgate.domain.tools import PHONE_ACTION, ToolName
 from tapgate.ports import UnitOfWork
+from tapgate.services.console import is_paused
 from tapgate.services.context import (
     Context,
     device_key,
@@ -228,6 +230,9 @@ async def _chain(
     # 1. The device channel is on.
     if not ctx.device_channel:
         raise _deny("the device channel is off on this gateway")
+    # 1b. The person has not paused every agent (the console's switch).
+    if await is_paused(uow, caller.user_id, now):
+        raise _deny(PAUSED_REASON)
     # 2. A real device of this user, and a capability it declares.
     session = await uow.sessions.get(caller.user_id, call.session_id) if call.session_id else None
     if session is not None and session.agent_id not in ("", caller.agent_id):

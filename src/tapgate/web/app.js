@@ -22,6 +22,7 @@ const $ = (id) => document.getElementById(id);
 let config = { vapid_public_key: null };
 let device = null;
 let pairing = null; // {code, alg} from the link's fragment
+let consoleSignIn = null; // the sign-in id from a console's QR code (#console=TENANT.ID)
 let link = null;
 let inbox = null;
 const invocationCards = new Map();
@@ -103,6 +104,27 @@ function readFragment() {
   history.replaceState(null, "", location.pathname + location.search);
   const code = values.get("pair");
   if (code) pairing = { code, alg: values.get("alg") };
+  const signIn = values.get("console");
+  if (signIn && /^[a-z0-9-]+\.[0-9a-f]{16}$/.test(signIn)) consoleSignIn = signIn.split(".")[1];
+}
+
+/** The console's QR code asks this phone to sign its person in: open the console_login approval, which
+ * then comes as a card like any other, with the code the console shows. */
+async function askConsoleSignIn() {
+  const signIn = consoleSignIn;
+  consoleSignIn = null;
+  if (!signIn) return;
+  if (!device || device.status !== "active") {
+    notify("Pair this browser first: then scan the console's code again to sign in.");
+    return;
+  }
+  const reply = await request("POST", `/v1/console/sign-ins/${signIn}/ask`, { token: device.token });
+  if (reply.ok) {
+    notify("Sign in to the console? Check that the code below is the one the console shows, then approve.");
+    wake();
+  } else {
+    notify(errorMessage(reply, "The console sign-in could not be opened; reload the console and scan again."));
+  }
 }
 
 async function loadConfig() {
@@ -316,6 +338,7 @@ function startHome() {
   inbox = new Inbox(device);
   inbox.run();
   flushAnswers();
+  askConsoleSignIn();
 }
 
 function stopHome() {
@@ -731,6 +754,7 @@ document.addEventListener("visibilitychange", () => {
 window.addEventListener("hashchange", () => {
   readFragment();
   if (pairing) showPairForm();
+  else if (consoleSignIn) askConsoleSignIn();
 });
 
 main();

@@ -14,6 +14,7 @@ from datetime import datetime
 from tapgate.adapters.wake.local import LocalWake
 from tapgate.domain.accounts import Credential, Tenant, User
 from tapgate.domain.audit import GENESIS, AuditEntry, AuditRecord, chain_entry
+from tapgate.domain.console import ConsoleSession, SignIn, SignInStatus
 from tapgate.domain.devices import Declared, Device, DeviceStatus, PushTarget
 from tapgate.domain.errors import Conflict, DuplicateInvocation, StorageError
 from tapgate.domain.events import Event, EventValue
@@ -44,6 +45,8 @@ class _State:
     receipts: dict[tuple[str, str, str, str], Receipt] = field(default_factory=dict)
     counters: dict[tuple[str, str, str], int] = field(default_factory=dict)
     triage: dict[tuple[str, str, str], Triage] = field(default_factory=dict)
+    sign_ins: dict[tuple[str, str], SignIn] = field(default_factory=dict)
+    console_sessions: dict[tuple[str, str], ConsoleSession] = field(default_factory=dict)
 
     def copy(self) -> _State:
         return _State(
@@ -63,6 +66,8 @@ class _State:
             dict(self.receipts),
             dict(self.counters),
             dict(self.triage),
+            dict(self.sign_ins),
+            dict(self.console_sessions),
         )
 
 
@@ -108,6 +113,8 @@ class MemoryUnitOfWork:
         self.approvals = _Approvals(state, tenant_id)
         self.pauses = _Pauses(state, tenant_id)
         self.ingests = _Ingests(state, tenant_id)
+        self.sign_ins = _SignIns(state, tenant_id)
+        self.console_sessions = _ConsoleSessions(state, tenant_id)
         self.keys: list[str] = []
 
     def notify(self, key: str) -> None:
@@ -323,6 +330,18 @@ class _Invocations(_Repo):
 
     async def get(self, invocation_id: str) -> Invocation | None:
         return self.state.invocations.get((self.tenant_id, invocation_id))
+
+    async def history(
+        self, user_id: str, limit: int, agent_id: str | None = None, status: str | None = None
+    ) -> Sequence[Invocation]:
+        found = [
+            i
+            for i in reversed(self._mine())
+            if i.user_id == user_id
+            and (agent_id is None or i.agent_id == agent_id)
+            and (status is None or i.status.value == status)
+        ]
+        return found[:limit]
 
     async def pending_for(self, device_uid: str, limit: int) -> Sequence[Invocation]:
         mine = [i for i in self._mine() if i.device_uid == device_uid and i.status is Status.PENDING]
@@ -562,3 +581,48 @@ class _Ingests(_Repo):
         if key in self.state.triage and not replace:
             raise Conflict("The triage session is pinned already.")
         self.state.triage[key] = triage
+
+
+class _SignIns(_Repo):
+    async def add(self, sign_in: SignIn) -> None:
+        self._own(sign_in.tenant_id)
+        key = (self.tenant_id, sign_in.sign_in_id)
+        if key in self.state.sign_ins:
+            raise Conflict("That sign-in exists already.")
+        self.state.sign_ins[key] = sign_in
+
+    async def get(self, sign_in_id: str) -> SignIn | None:
+        return self.state.sign_ins.get((self.tenant_id, sign_in_id))
+
+    async def save(self, sign_in: SignIn, was: SignInStatus) -> bool:
+        key = (self.tenant_id, sign_in.sign_in_id)
+        found = self.state.sign_ins.get(key)
+        if found is None or found.status is not was:
+            return False
+        self.state.sign_ins[key] = sign_in
+        return True
+
+
+class _ConsoleSessions(_Repo):
+    async def add(self, session: ConsoleSession) -> None:
+        self._own(session.tenant_id)
+        self.state.console_sessions[(self.tenant_id, session.session_id)] = session
+
+    async def get(self, session_id: str) -> ConsoleSession | None:
+        return self.state.console_sessions.get((self.tenant_id, session_id))
+
+    async def list_for(self, user_id: str) -> Sequence[ConsoleSession]:
+        found = [
+            s
+            for (tenant, _), s in self.state.console_sessions.items()
+            if tenant == self.tenant_id and s.user_id == user_id
+        ]
+        return sorted(found, key=lambda s: s.created_at, reverse=True)[:50]
+
+    async def revoke(self, session_id: str, at: datetime) -> bool:
+        key = (self.tenant_id, session_id)
+        found = self.state.console_sessions.get(key)
+        if found is None or found.revoked_at is not None:
+            return False
+        self.state.console_sessions[key] = replace(found, revoked_at=at)
+        return True

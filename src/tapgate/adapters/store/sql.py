@@ -23,6 +23,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from tapgate.adapters.store import queries as q
 from tapgate.adapters.store import tables as t
 from tapgate.adapters.store.counting import count
+from tapgate.adapters.store.sql_console import SqlConsoleSessions, SqlSignIns
 from tapgate.adapters.store.sqlite import SqliteDatabase
 from tapgate.adapters.store.urls import engine_url
 from tapgate.adapters.wake.local import LocalWake
@@ -177,6 +178,8 @@ class SqlUnitOfWork:
         self.approvals = _Approvals(conn, tenant_id)
         self.pauses = _Pauses(conn, tenant_id)
         self.ingests = _Ingests(conn, tenant_id)
+        self.sign_ins = SqlSignIns(conn, tenant_id)
+        self.console_sessions = SqlConsoleSessions(conn, tenant_id)
         self.keys: list[str] = []
 
     def notify(self, key: str) -> None:
@@ -730,6 +733,18 @@ class _Invocations(_Repo):
             .order_by(c.expires_at)
             .limit(limit)
         )
+        return [_invocation(r) for r in rows]
+
+    async def history(
+        self, user_id: str, limit: int, agent_id: str | None = None, status: str | None = None
+    ) -> Sequence[Invocation]:
+        c = t.invocations.c
+        query = select(t.invocations).where(c.tenant_id == self.tenant_id, c.user_id == user_id)
+        if agent_id is not None:
+            query = query.where(c.agent_id == agent_id)
+        if status is not None:
+            query = query.where(c.status == status)
+        rows = await self.conn.execute(query.order_by(c.created_at.desc()).limit(limit))
         return [_invocation(r) for r in rows]
 
 

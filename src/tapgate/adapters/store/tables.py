@@ -300,7 +300,7 @@ approvals = Table(
     Column("approval_id", String(40), primary_key=True),
     Column("user_id", String(40), nullable=False),
     Column("agent_id", String(40), nullable=False),
-    Column("invocation_id", String(64)),  # none for a device_pair approval
+    Column("invocation_id", String(64)),  # none for an approval no call waits on (device_pair, console_login)
     Column("kind", String(30), nullable=False),
     Column("subject", String(24), nullable=False),
     Column("prompt", Text, nullable=False),
@@ -383,6 +383,38 @@ triage_sessions = Table(
         ["sessions.tenant_id", "sessions.user_id", "sessions.session_id"],
         ondelete="CASCADE",
     ),
+)
+
+console_sign_ins = Table(
+    "console_sign_ins",
+    metadata,
+    Column("tenant_id", String(40), primary_key=True),
+    Column("sign_in_id", String(16), primary_key=True),
+    Column("kind", String(10), nullable=False),
+    Column("secret_hash", String(64), nullable=False),
+    Column("status", String(10), nullable=False),
+    Column("created_at", UtcDateTime, nullable=False),
+    Column("expires_at", UtcDateTime, nullable=False),
+    Column("user_id", String(40)),
+    Column("approval_id", String(40)),
+    Column("browser", String(80), nullable=False),
+    ForeignKeyConstraint(["tenant_id", "user_id"], ["users.tenant_id", "users.user_id"], ondelete="CASCADE"),
+)
+
+console_sessions = Table(
+    "console_sessions",
+    metadata,
+    Column("tenant_id", String(40), primary_key=True),
+    Column("session_id", String(16), primary_key=True),
+    Column("user_id", String(40), nullable=False),
+    Column("secret_hash", String(64), nullable=False),
+    Column("via", String(10), nullable=False),
+    Column("created_at", UtcDateTime, nullable=False),
+    Column("expires_at", UtcDateTime, nullable=False),
+    Column("browser", String(80), nullable=False),
+    Column("revoked_at", UtcDateTime),
+    ForeignKeyConstraint(["tenant_id", "user_id"], ["users.tenant_id", "users.user_id"], ondelete="CASCADE"),
+    Index("console_sessions_user", "tenant_id", "user_id"),
 )
 
 TENANT_TABLES = tuple(t.name for t in metadata.sorted_tables)

@@ -1,0 +1,32 @@
+"""`tapgate console`: what an operator does for a person's console."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+console_app = typer.Typer(help="The person's console at /console.", no_args_is_help=True)
+
+
+@console_app.command("link")
+def link(
+    tenant: Annotated[str, typer.Option(help="The tenant.")],
+    user: Annotated[str, typer.Option(help="The person the link signs in.")],
+    config: Annotated[str | None, typer.Option(help="The settings file (default: tapgate.toml).")] = None,
+) -> None:
+    """Print a one-time link that signs USER into the console (15 minutes; for a person with no phone yet)."""
+    from tapgate.cli import _operator, _run, _settings
+
+    settings = _settings(config)
+
+    async def work() -> str:
+        from tapgate.bootstrap import build_gateway
+
+        gateway = build_gateway(settings)
+        try:
+            return await gateway.console_link(_operator(tenant), user)
+        finally:
+            await gateway.close()
+
+    typer.echo(_run(work))

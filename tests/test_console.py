@@ -1,0 +1,297 @@
+"""The person's console: sign-in by the phone or an operator's link, and every page acting as the person."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import pytest
+
+from tapgate.adapters.clock import FrozenClock
+from tapgate.config import Settings
+from tapgate.domain.approvals import sign_decision, signed_text
+from tests.conftest import asgi_client
+from tests.world import LAMP, Key, World, bearer, device_body, new_key
+
+LAMP_TOOL = "device__desk_lamp__set_light"
+
+
+@pytest.fixture
+async def client(sqlite_url: str, clock: FrozenClock) -> AsyncIterator[httpx.AsyncClient]:
+    settings = Settings(database_url=sqlite_url, device_channel_enabled=True, device_sms_enabled=True)
+    async with asgi_client(settings, clock) as c:
+        yield c
+
+
+class Person:
+    """ana with a paired phone (P-256) and a granted desk lamp, and her agent."""
+
+    def __init__(self, world: World) -> None:
+        self.world = world
+        self.phone_key: Key = new_key("p256")
+        self.tokens: dict[str, str] = {}
+
+    async def build(self) -> Person:
+        w = self.world
+        self.tokens["user"] = await w.person("ana")
+        self.tokens["agent"] = await w.agent("ana")
+        self.tokens["phone"] = await w.enrol("ana", device_body("ana-phone", [], self.phone_key))
+        self.tokens["lamp"] = await w.enrol("ana", device_body("desk-lamp", [LAMP], grants=["set_light"]))
+        return self
+
+    @property
+    def client(self) -> httpx.AsyncClient:
+        return self.world.client
+
+    def sign(self, approval: dict[str, Any], decision: str) -> str:
+        sign = approval["sign"]
+        payload = signed_text(
+            sign["format"],
+            approval["id"],
+            decision,
+            approval["kind"],
+            approval["subject"],
+            sign["action_sha256"],
+            sign["challenge"],
+            sign["expires_at"],
+        )
+        return sign_decision(self.phone_key.private, payload)
+
+    async def link(self, user: str = "ana") -> str:
+        gateway = self.client.app.state.gateway  # type: ignore[attr-defined]
+        url: str = await gateway.console_link(await gateway.authenticate(self.world.operator), user)
+        return url.split("://", 1)[1].split("/", 1)[1]
+
+    async def sign_in_by_link(self) -> None:
+        path = "/" + await self.link()
+        page = await self.client.get(path)
+        assert page.status_code == 200 and "Sign in" in page.text
+        r = await self.client.post(path, content=b"", headers={"content-type": FORM})
+        assert r.status_code == 303, r.text
+        assert r.headers["location"] == "/console/devices"
+
+    async def page(self, path: str) -> str:
+        r = await self.client.get(path)
+        assert r.status_code == 200, r.text
+        return r.text
+
+    def csrf(self, html: str) -> str:
+        match = re.search(r'name="csrf" value="([0-9a-f]+)"', html)
+        assert match is not None
+        return match.group(1)
+
+    async def post(self, path: str, fields: dict[str, str], csrf: str | None = "auto") -> httpx.Response:
+        if csrf == "auto":
+            csrf = self.csrf(await self.page("/console/devices"))
+        body = httpx.QueryParams({**fields, **({"csrf": csrf} if csrf else {})})
+        return await self.client.post(path, content=str(body).encode(), headers={"content-type": FORM})
+
+    async def call(self, **arguments: Any) -> dict[str, Any]:
+        r = await self.client.post(
+            "/v1/invocations",
+            json={"tool": LAMP_TOOL, "arguments": {"on": True, **arguments}},
+            headers=bearer(self.tokens["agent"]),
+        )
+        assert r.status_code == 200, r.text
+        return dict(r.json())
+
+
+FORM = "application/x-www-form-urlencoded"
+
+
+@pytest.fixture
+async def ana(client: httpx.AsyncClient) -> Person:
+    return await Person(await World(client).start()).build()
+
+
+async def test_a_paired_phone_signs_the_person_into_the_console(ana: Person) -> None:
+    page = await ana.client.get("/console/sign-in", params={"tenant": "acme"})
+    assert page.status_code == 200
+    assert "data:image/svg+xml;base64," in page.text  # the QR code
+    sign_in_id = re.search(r"#console=acme\.([0-9a-f]{16})", page.text)
+    assert sign_in_id is not None
+    status = await ana.client.get("/console/sign-in/status")
+    assert "Waiting for your phone" in status.text
+
+    r = await ana.client.post(
+        f"/v1/console/sign-ins/{sign_in_id.group(1)}/ask", headers=bearer(ana.tokens["phone"])
+    )
+    assert r.status_code == 201, r.text
+    approval = r.json()
+    assert approval["kind"] == "console_login"
+    assert approval["subject"] == sign_in_id.group(1)
+    [inboxed] = (await ana.client.get("/v1/inbox", headers=bearer(ana.tokens["phone"]))).json()["approvals"]
+    assert inboxed["id"] == approval["id"]
+    status = await ana.client.get("/console/sign-in/status")
+    assert approval["binding_code"] in status.text  # the console shows the code the phone shows
+
+    r = await ana.client.post(
+        f"/v1/approvals/{approval['id']}",
+        json={"decision": "approved", "signature": ana.sign(approval, "approved")},
+        headers=bearer(ana.tokens["phone"]),
+    )
+    assert r.status_code == 200, r.text
+    done = await ana.client.get("/console/sign-in/status", headers={"hx-request": "true"})
+    assert done.headers["hx-redirect"] == "/console/devices"
+    cookie = done.headers["set-cookie"]
+    assert "HttpOnly" in cookie and "SameSite=strict" in cookie and "Max-Age=43200" in cookie
+    assert "Desk lamp" in await ana.page("/console/devices")
+    # the browser's sign-in is spent: a second session cannot come of it
+    again = await ana.client.post("/console/sign-in/finish")
+    assert again.status_code in (303, 410)
+
+
+async def test_a_console_sign_in_is_never_decided_without_a_device_signature(ana: Person) -> None:
+    page = await ana.client.get("/console/sign-in", params={"tenant": "acme"})
+    sign_in_id = re.search(r"#console=acme\.([0-9a-f]{16})", page.text)
+    assert sign_in_id is not None
+    approval = (
+        await ana.client.post(
+            f"/v1/console/sign-ins/{sign_in_id.group(1)}/ask", headers=bearer(ana.tokens["phone"])
+        )
+    ).json()
+    for token in (ana.tokens["user"], ana.world.operator):
+        r = await ana.client.post(
+            f"/v1/approvals/{approval['id']}", json={"decision": "approved"}, headers=bearer(token)
+        )
+        assert r.status_code == 403, r.text
+    r = await ana.client.post("/console/sign-in/finish")
+    assert r.status_code == 410  # still not approved: no session
+    assert (await ana.client.get("/console/devices")).headers["location"] == "/console/sign-in"
+
+
+async def test_a_phone_that_declines_leaves_the_browser_signed_out(ana: Person) -> None:
+    page = await ana.client.get("/console/sign-in", params={"tenant": "acme"})
+    sign_in_id = re.search(r"#console=acme\.([0-9a-f]{16})", page.text)
+    assert sign_in_id is not None
+    approval = (
+        await ana.client.post(
+            f"/v1/console/sign-ins/{sign_in_id.group(1)}/ask", headers=bearer(ana.tokens["phone"])
+        )
+    ).json()
+    r = await ana.client.post(
+        f"/v1/approvals/{approval['id']}",
+        json={"decision": "denied", "signature": ana.sign(approval, "denied")},
+        headers=bearer(ana.tokens["phone"]),
+    )
+    assert r.status_code == 200, r.text
+    assert "declined" in (await ana.client.get("/console/sign-in/status")).text
+    assert (await ana.client.post("/console/sign-in/finish")).status_code == 410
+
+
+async def test_an_operators_link_signs_in_once(ana: Person) -> None:
+    path = "/" + await ana.link()
+    assert (await ana.client.post(path, content=b"", headers={"content-type": FORM})).status_code == 303
+    again = await ana.client.post(path, content=b"", headers={"content-type": FORM})
+    assert again.status_code == 410
+    assert "used or has expired" in again.text
+
+
+async def test_an_expired_link_signs_nobody_in(ana: Person, clock: FrozenClock) -> None:
+    path = "/" + await ana.link()
+    clock.advance(16 * 60)
+    r = await ana.client.post(path, content=b"", headers={"content-type": FORM})
+    assert r.status_code == 410
+
+
+async def test_every_page_needs_a_session_and_carries_the_strict_policy(ana: Person) -> None:
+    for path in ("/console/devices", "/console/approvals", "/console/calls", "/console/audit"):
+        r = await ana.client.get(path)
+        assert r.status_code == 303 and r.headers["location"] == "/console/sign-in"
+    await ana.sign_in_by_link()
+    for path in (
+        "/console/devices",
+        "/console/approvals",
+        "/console/calls",
+        "/console/agents",
+        "/console/audit",
+    ):
+        r = await ana.client.get(path)
+        assert r.status_code == 200, path
+        policy = r.headers["content-security-policy"]
+        assert "script-src 'self'" in policy and "form-action 'self'" in policy
+        assert "<script>" not in r.text and " on" + "click=" not in r.text
+
+
+async def test_a_form_without_its_csrf_token_changes_nothing(ana: Person) -> None:
+    await ana.sign_in_by_link()
+    for csrf in (None, "0" * 40):
+        r = await ana.post("/console/agents/pause", {"paused": "true"}, csrf=csrf)
+        assert r.status_code == 403, r.text
+    assert (await ana.call())["status"] == "pending"  # not paused
+
+
+async def test_pause_all_agents_refuses_every_call_until_resumed(ana: Person) -> None:
+    await ana.sign_in_by_link()
+    r = await ana.post("/console/agents/pause", {"paused": "true", "back": "/console/agents"})
+    assert r.status_code == 303 and r.headers["location"] == "/console/agents?said=paused"
+    assert "All agents paused" in await ana.page("/console/agents")
+    refused = await ana.call()
+    assert refused["status"] == "refused"
+    assert refused["reason"] == "[deny] paused by the person"
+    gateway = ana.client.app.state.gateway  # type: ignore[attr-defined]
+    stream = gateway.events(await gateway.authenticate(ana.tokens["agent"]), 0, idle=0.01)
+    seen = []
+    async for event in stream:
+        if event is None:
+            break
+        seen.append(event.type)
+    assert "agents.paused" in seen  # the agent's stream says so
+    await ana.post("/console/agents/pause", {"paused": "false"})
+    assert (await ana.call())["status"] == "pending"
+    audit = await ana.page("/console/audit")
+    assert "agents.paused" in audit and "agents.resumed" in audit
+    assert "The journal verifies" in audit
+
+
+async def test_switching_a_grant_off_takes_the_tool_from_the_agent(ana: Person) -> None:
+    await ana.sign_in_by_link()
+    assert LAMP_TOOL in await ana.world.tool_names(ana.tokens["agent"])
+    r = await ana.post("/console/devices/desk-lamp/grants", {})  # no box ticked
+    assert r.status_code == 303, r.text
+    assert LAMP_TOOL not in await ana.world.tool_names(ana.tokens["agent"])
+    await ana.post("/console/devices/desk-lamp/grants", {"grant": "set_light"})
+    assert LAMP_TOOL in await ana.world.tool_names(ana.tokens["agent"])
+
+
+async def test_revoking_a_device_from_the_console_ends_its_token(ana: Person) -> None:
+    await ana.sign_in_by_link()
+    r = await ana.post("/console/devices/desk-lamp/revoke", {})
+    assert r.status_code == 303
+    fetched = await ana.client.get("/v1/device/invocations", headers=bearer(ana.tokens["lamp"]))
+    assert fetched.status_code == 401
+    assert "Desk lamp" not in await ana.page("/console/devices")
+
+
+async def test_the_calls_page_shows_done_and_refused_calls_with_their_reasons(ana: Person) -> None:
+    await ana.sign_in_by_link()
+    await ana.call(brightness=40)
+    refused = await ana.call(scene="purple")
+    assert refused["status"] == "refused"
+    html = await ana.page("/console/calls")
+    assert html.count(LAMP_TOOL) == 2
+    assert "pending" in html and "refused" in html and "scene" in html
+    only_refused = await ana.page("/console/calls?status=refused")
+    assert only_refused.count(LAMP_TOOL) == 1
+    bad = await ana.client.get("/console/calls", params={"status": "nonsense"})
+    assert bad.status_code == 422 and "status must be one of" in bad.text
+
+
+async def test_a_revoked_console_session_is_signed_out(ana: Person) -> None:
+    await ana.sign_in_by_link()
+    html = await ana.page("/console/sessions")
+    [session_id] = re.findall(r"/console/sessions/([0-9a-f]{16})/revoke", html)
+    r = await ana.post(f"/console/sessions/{session_id}/revoke", {})
+    assert r.status_code == 303 and r.headers["location"].startswith("/console/sign-in")
+    ana.client.cookies.clear()
+    assert (await ana.client.get("/console/devices")).status_code == 303
+
+
+async def test_the_console_shows_a_new_device_pairing_with_its_code(ana: Person) -> None:
+    await ana.sign_in_by_link()
+    r = await ana.post("/console/pairings", {})
+    assert r.status_code == 303
+    html = await ana.page(r.headers["location"])
+    assert "data:image/svg+xml;base64," in html and "/app/#pair=tgp_" in html
