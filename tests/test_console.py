@@ -295,3 +295,32 @@ async def test_the_console_shows_a_new_device_pairing_with_its_code(ana: Person)
     assert r.status_code == 303
     html = await ana.page(r.headers["location"])
     assert "data:image/svg+xml;base64," in html and "/app/#pair=tgp_" in html
+
+
+async def test_the_person_gives_an_agent_a_token_once_and_revokes_it(ana: Person) -> None:
+    await ana.sign_in_by_link()
+    r = await ana.post("/console/agents/tokens", {"agent_id": "planner", "scope": "tools", "expires": "1d"})
+    assert r.status_code == 200, r.text
+    token = re.search(r'id="new-token" class="token" value="(tga_[^"]+)"', r.text)
+    assert token is not None
+    assert "shown this once" in r.text
+    tools = await ana.client.get("/v1/tools", headers=bearer(token.group(1)))
+    assert tools.status_code == 200
+    page = await ana.page("/console/agents")
+    assert "planner" in page and token.group(1) not in page  # listed, never shown again
+    row = next(r for r in page.split("<tr>") if "<td>planner</td>" in r)
+    token_id = re.findall(r"/console/agents/tokens/([0-9a-f]{16})/revoke", row)[0]
+    r = await ana.post(f"/console/agents/tokens/{token_id}/revoke", {})
+    assert r.status_code == 303
+    assert (await ana.client.get("/v1/tools", headers=bearer(token.group(1)))).status_code == 401
+
+
+async def test_a_token_for_another_persons_agent_cannot_be_revoked_from_the_console(ana: Person) -> None:
+    await ana.world.person("bob")
+    bobs = await ana.world.agent("bob")
+    gateway = ana.client.app.state.gateway  # type: ignore[attr-defined]
+    bob_token_id = (await gateway.authenticate(bobs)).credential_id
+    await ana.sign_in_by_link()
+    r = await ana.post(f"/console/agents/tokens/{bob_token_id}/revoke", {})
+    assert r.status_code == 404
+    assert (await ana.client.get("/v1/tools", headers=bearer(bobs))).status_code == 200

@@ -435,6 +435,28 @@ class Gateway:
     async def console_user(self, caller: Principal) -> User:
         return await console.user(self.ctx, caller)
 
+    async def create_agent_token(
+        self,
+        caller: Principal,
+        agent_id: str,
+        scopes: Iterable[str] | None = None,
+        expires_in_seconds: int | None = None,
+    ) -> accounts.NewToken:
+        """A person mints a token for an agent of their own (the console's Agents page)."""
+        caller.require(TokenKind.USER, scope=Scope.DEVICE_WRITE)
+        assert caller.user_id is not None
+        return await accounts.create_token(
+            self.store,
+            self.clock,
+            caller,
+            caller.user_id,
+            TokenKind.AGENT,
+            scopes,
+            agent_id,
+            None,
+            expires_in_seconds,
+        )
+
     async def pause_agents(self, caller: Principal, paused: bool) -> bool:
         """Pause or resume every agent of the person (their calls get ``[deny] paused by the person``)."""
         return await console.set_paused(self.ctx, caller, paused)

@@ -23,6 +23,7 @@ from tapgate.domain.console import COOKIE_NAME, SESSION_LIFETIME, SIGN_IN_LIFETI
 from tapgate.domain.errors import Forbidden, InvalidInput, TapgateError, Unauthenticated
 from tapgate.domain.invocations import Status
 from tapgate.domain.pairing import PairingStatus
+from tapgate.domain.principals import TokenKind
 
 router = APIRouter(include_in_schema=False)
 
@@ -40,6 +41,7 @@ _SAID = {
     "resumed": "Agents may call again.",
     "session-ended": "That console session has ended.",
     "signed-out": "You are signed out.",
+    "token-revoked": "The token was revoked: every request and stream of it is refused now.",
 }
 STATUS_FILTERS = [s.value for s in Status]
 
@@ -414,11 +416,60 @@ async def audit(request: Request) -> Response:
 # agents and the pause switch
 
 
+EXPIRIES = {"": None, "1h": 3600, "1d": 86_400, "30d": 30 * 86_400, "365d": 365 * 86_400}
+AGENT_SCOPES = ("tools", "events", "notices")
+
+
 @router.get("/console/agents")
 async def agents(request: Request) -> Response:
     async def run() -> Response:
         who = await visitor(request)
-        return await _page(request, who, "agents.html", "agents", created=None)
+        return await _agents_page(request, who, None, "")
+
+    return await _guard(request, run)
+
+
+async def _agents_page(request: Request, who: Visitor, created: Any, agent_id: str) -> Response:
+    gw = gateway(request)
+    tokens = await gw.list_user_tokens(who.principal, who.session.user_id)
+    agent_tokens = [t for t in tokens if t.kind is TokenKind.AGENT]
+    return await _page(
+        request,
+        who,
+        "agents.html",
+        "agents",
+        tokens=agent_tokens,
+        created=created,
+        created_for=agent_id,
+        scopes=AGENT_SCOPES,
+    )
+
+
+@router.post("/console/agents/tokens")
+async def agent_token(request: Request) -> Response:
+    async def run() -> Response:
+        who = await visitor(request)
+        fields = await form(request, who)
+        chosen = [s for s in fields.get("scope", "").split() if s]
+        expiry = fields.get("expires", "")
+        if expiry not in EXPIRIES:
+            raise InvalidInput("expires", "expires must be one of never, 1h, 1d, 30d, 365d.")
+        agent_id = fields.get("agent_id", "").strip()
+        created = await gateway(request).create_agent_token(
+            who.principal, agent_id, chosen or None, EXPIRIES[expiry]
+        )
+        return await _agents_page(request, who, created, agent_id)
+
+    return await _guard(request, run)
+
+
+@router.post("/console/agents/tokens/{token_id}/revoke")
+async def agent_token_revoke(request: Request, token_id: str) -> Response:
+    async def run() -> Response:
+        who = await visitor(request)
+        await form(request, who)
+        await gateway(request).revoke_token(who.principal, token_id)
+        return _to("/console/agents", "token-revoked")
 
     return await _guard(request, run)
 

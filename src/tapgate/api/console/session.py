@@ -14,6 +14,7 @@ from tapgate.gateway import Gateway
 
 SIGN_IN_COOKIE = "tapgate_console_sign_in"
 _FORM_MAX = 16_384
+_LISTS = ("grant", "scope")  # checkbox groups: one field per ticked box
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,9 +54,9 @@ async def form(request: Request, who: Visitor | None) -> dict[str, str]:
         raise MalformedRequest("The form is not UTF-8.") from e
     fields: dict[str, str] = {}
     for name, value in pairs:
-        if name in fields and name != "grant":
+        if name in fields and name not in _LISTS:
             raise MalformedRequest(f"The form repeats the field {name!r}.")
-        fields[name] = value if name != "grant" else fields.get(name, "") + value + "\n"
+        fields[name] = value if name not in _LISTS else fields.get(name, "") + value + "\n"
     if who is not None:
         presented = fields.get("csrf") or request.headers.get("x-csrf-token")
         if not check_csrf(who.secret, presented):
