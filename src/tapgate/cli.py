@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import logging
 import os
 import secrets
 import sys
@@ -88,7 +89,8 @@ def settings_file_text(database_path: Path) -> str:
 database_url = "sqlite:///{database_path}"
 device_channel_enabled = true
 device_sms_enabled = true
-public_url = "http://127.0.0.1:8080"          # what pairing links and QR codes point at
+# public_url = "https://tapgate.example"      # what pairing links and QR codes point at (default: the
+                                               # address `tapgate serve` listens on, e.g. http://127.0.0.1:8080)
 # policies_file = "policies.yaml"
 invocation_timeout_seconds = 300
 device_call_timeout_seconds = 10
@@ -189,6 +191,8 @@ def serve(
     from tapgate.adapters.store.migrate import pending_migrations
     from tapgate.adapters.store.urls import is_postgres
     from tapgate.bootstrap import check_push_settings, load_policies, web_push_key
+    from tapgate.listening import needs_https_warning, serve_url
+    from tapgate.logs import configure_logging
 
     settings = _settings(config)
     try:
@@ -212,6 +216,17 @@ def serve(
         raise fail("The database is not at the latest schema; run 'tapgate migrate' first.")
     if config:
         os.environ["TAPGATE_CONFIG"] = str(Path(config).resolve())
+    public_url = settings.public_url
+    if not public_url:  # the workers read it from the environment, as every setting
+        public_url = serve_url(host, port, tls=False)
+        os.environ["TAPGATE_PUBLIC_URL"] = public_url
+    configure_logging(settings.log_level)
+    if needs_https_warning(public_url):
+        logging.getLogger("tapgate.serve").warning(
+            "public_url is neither https nor loopback: a phone's browser refuses WebCrypto and Web Push "
+            "there; see docs/deploy.md",
+            extra={"public_url": public_url},
+        )
     uvicorn.run(
         "tapgate.bootstrap:app_from_environment",
         factory=True,
