@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import json
+import os
+import socket
+import subprocess
+import sys
 from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.live import Server, tapgate
+from tapgate import __version__
+from tests.live import Server, free_port, tapgate
 from tests.world import bearer
 
 
@@ -70,3 +75,65 @@ def test_serve_warns_once_when_public_url_is_neither_https_nor_loopback(
         assert "https" in str(warning["msg"]) and "docs/deploy.md" in str(warning["msg"])
     finally:
         server.stop()
+
+
+def _run(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TAPGATE_")}
+    return subprocess.run(
+        [sys.executable, "-m", "tapgate", *args],
+        capture_output=True,
+        text=True,
+        timeout=90,
+        cwd=cwd,
+        env=env,
+        check=False,
+    )
+
+
+def test_serve_without_a_settings_file_says_what_to_do_in_one_line_and_creates_nothing(
+    tmp_path: Path,
+) -> None:
+    refused = _run("serve", "--port", str(free_port()), cwd=tmp_path)
+    assert refused.returncode == 1
+    assert refused.stderr.strip().count("\n") == 0
+    assert "tapgate init" in refused.stderr and "--config" in refused.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_serve_naming_a_sqlite_file_that_is_not_there_creates_nothing(tmp_path: Path) -> None:
+    (tmp_path / "tapgate.toml").write_text('database_url = "sqlite:///typo.db"\n')
+    refused = _run("serve", cwd=tmp_path)
+    assert refused.returncode == 1
+    assert "typo.db does not exist" in refused.stderr and refused.stderr.strip().count("\n") == 0
+    assert not (tmp_path / "typo.db").exists()
+
+
+def test_serve_on_a_port_in_use_says_so_in_one_line_and_exits_1(initialised: tuple[Path, str]) -> None:
+    config, _ = initialised
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        refused = _run("serve", "--config", str(config), "--port", str(port), cwd=config.parent)
+    assert refused.returncode == 1
+    assert (
+        refused.stderr.strip()
+        == f"Port {port} on 127.0.0.1 is in use by another program; pass another --port."
+    )
+
+
+def test_version_and_short_help_work(tmp_path: Path) -> None:
+    version = _run("--version", cwd=tmp_path)
+    assert version.returncode == 0 and version.stdout.strip() == f"tapgate {__version__}"
+    for args in (["-h"], ["serve", "-h"], ["device", "-h"]):
+        shown = _run(*args, cwd=tmp_path)
+        assert shown.returncode == 0 and "Usage: " in shown.stdout, args
+
+
+def test_token_create_lists_the_kinds_it_takes(tmp_path: Path) -> None:
+    shown = _run("token", "create", "-h", cwd=tmp_path)
+    assert "user|agent|operator" in shown.stdout
+    wrong = _run("token", "create", "--tenant", "default", "--kind", "robot", cwd=tmp_path)
+    assert wrong.returncode == 2
+    said = " ".join(wrong.stderr.replace("│", " ").split())
+    assert "'robot' is not one of 'user', 'agent', 'operator'" in said

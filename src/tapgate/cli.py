@@ -10,6 +10,7 @@ import os
 import secrets
 import sys
 from collections.abc import Awaitable, Callable
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
@@ -17,6 +18,7 @@ import typer
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
+from tapgate import __version__
 from tapgate.device.cli import device_app
 from tapgate.domain.audit import BrokenChain
 from tapgate.domain.errors import ConfigurationError, TapgateError
@@ -30,6 +32,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
 )
 tenant_app = typer.Typer(help="Tenants: one deployment's customers.", no_args_is_help=True)
 token_app = typer.Typer(help="Tokens for operators, users and agents.", no_args_is_help=True)
@@ -39,6 +42,23 @@ app.add_typer(token_app, name="token")
 app.add_typer(audit_app, name="audit")
 app.add_typer(device_app, name="device")
 
+
+def _print_version(asked: bool) -> None:
+    if asked:
+        typer.echo(f"tapgate {__version__}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _main(
+    version: Annotated[
+        bool,
+        typer.Option("--version", callback=_print_version, is_eager=True, help="Print the version and stop."),
+    ] = False,
+) -> None:
+    """tapgate: let an AI agent act on a person's devices while the person stays in charge."""
+
+
 ConfigOption = Annotated[
     str | None, typer.Option("--config", help="Settings file (default: TAPGATE_CONFIG, else ./tapgate.toml).")
 ]
@@ -46,6 +66,12 @@ ConfigOption = Annotated[
 
 # How `tapgate serve` runs uvicorn; the bench serves its floor with the same options, so keep them here.
 UVICORN_OPTIONS: dict[str, Any] = {"access_log": False, "log_config": None, "ws_per_message_deflate": False}
+
+
+class TokenKindChoice(StrEnum):
+    USER = "user"
+    AGENT = "agent"
+    OPERATOR = "operator"
 
 
 def fail(message: str) -> typer.Exit:
@@ -191,9 +217,10 @@ def serve(
     from tapgate.adapters.store.migrate import pending_migrations
     from tapgate.adapters.store.urls import is_postgres
     from tapgate.bootstrap import check_push_settings, load_policies, web_push_key
-    from tapgate.listening import needs_https_warning, serve_url
+    from tapgate.listening import needs_https_warning, port_in_use, serve_url
     from tapgate.logs import configure_logging
 
+    _require_settings_file(config)
     settings = _settings(config)
     try:
         load_policies(settings)
@@ -204,6 +231,7 @@ def serve(
         raise fail(str(e)) from None
     if workers > 1 and not is_postgres(settings.database_url):
         raise fail("More than one worker needs PostgreSQL; SQLite serves one process. Use --workers 1.")
+    _require_database(settings.database_url)
     try:
         behind = asyncio.run(pending_migrations(settings.database_url))
     except ConfigurationError as e:
@@ -214,6 +242,12 @@ def serve(
         ) from None
     if behind:
         raise fail("The database is not at the latest schema; run 'tapgate migrate' first.")
+    try:
+        busy = port_in_use(host, port)
+    except OSError as e:
+        raise fail(f"tapgate cannot listen on {host}:{port}: {e.strerror}; check --host.") from None
+    if busy:
+        raise fail(f"Port {port} on {host} is in use by another program; pass another --port.")
     if config:
         os.environ["TAPGATE_CONFIG"] = str(Path(config).resolve())
     public_url = settings.public_url
@@ -239,6 +273,32 @@ def serve(
     )
 
 
+def _require_settings_file(config: str | None) -> None:
+    """``serve`` without a settings file would run a gateway nobody set up: say how to get one."""
+    from tapgate.config import config_path
+
+    try:
+        found = config_path(config)
+    except ConfigurationError as e:
+        raise fail(e.message) from None
+    if found is None and "TAPGATE_DATABASE_URL" not in os.environ:
+        raise fail("There is no tapgate.toml here: run 'tapgate init' to make one, or pass --config FILE.")
+
+
+def _require_database(database_url: str) -> None:
+    """Refuse, creating nothing, when the SQLite file named is not there (a typo would start afresh)."""
+    from sqlalchemy.engine import make_url
+
+    url = make_url(database_url)
+    if url.get_backend_name() != "sqlite" or not url.database or url.database == ":memory:":
+        return
+    if not Path(url.database).exists():
+        raise fail(
+            f"The database {url.database} does not exist: run 'tapgate init' for a new deployment, or "
+            "'tapgate migrate' to create it."
+        )
+
+
 @tenant_app.command("create")
 def tenant_create(name: str, config: ConfigOption = None) -> None:
     """Create a tenant and print its operator token on the last line."""
@@ -261,16 +321,17 @@ def tenant_create(name: str, config: ConfigOption = None) -> None:
 @token_app.command("create")
 def token_create(
     tenant: Annotated[str, typer.Option(help="The tenant.")],
-    kind: Annotated[str, typer.Option(help="user, agent or operator.")],
+    kind_choice: Annotated[
+        TokenKindChoice,
+        typer.Option("--kind", help="What the token is for."),
+    ],
     user: Annotated[str | None, typer.Option(help="The user the token acts for (user and agent).")] = None,
     scope: Annotated[list[str] | None, typer.Option(help="A scope; repeat for more (default: all).")] = None,
     agent_id: Annotated[str | None, typer.Option(help="The agent's id (agent tokens).")] = None,
     config: ConfigOption = None,
 ) -> None:
     """Mint a token and print it on the last line."""
-    if kind not in ("user", "agent", "operator"):
-        typer.echo("--kind must be user, agent or operator.", err=True)
-        raise typer.Exit(2)
+    kind = kind_choice.value
     if kind != "operator" and not user:
         typer.echo(
             f"{'An' if kind[0] in 'aeiou' else 'A'} {kind} token acts for a user: pass --user.", err=True
