@@ -210,6 +210,10 @@ def serve(
     workers: Annotated[
         int, typer.Option(min=1, help="Worker processes (PostgreSQL only for more than 1).")
     ] = 1,
+    tls_cert: Annotated[
+        str | None, typer.Option(help="A PEM certificate (with its chain): speak https and wss (tls_cert).")
+    ] = None,
+    tls_key: Annotated[str | None, typer.Option(help="The certificate's PEM private key (tls_key).")] = None,
 ) -> None:
     """Run the gateway; refuses to start, with the reason, on a bad configuration."""
     import uvicorn
@@ -222,6 +226,7 @@ def serve(
 
     _require_settings_file(config)
     settings = _settings(config)
+    cert, key = _tls_files(tls_cert or settings.tls_cert, tls_key or settings.tls_key)
     try:
         load_policies(settings)
         web_push_key(settings)
@@ -252,7 +257,7 @@ def serve(
         os.environ["TAPGATE_CONFIG"] = str(Path(config).resolve())
     public_url = settings.public_url
     if not public_url:  # the workers read it from the environment, as every setting
-        public_url = serve_url(host, port, tls=False)
+        public_url = serve_url(host, port, tls=cert is not None)
         os.environ["TAPGATE_PUBLIC_URL"] = public_url
     configure_logging(settings.log_level)
     if needs_https_warning(public_url):
@@ -270,7 +275,28 @@ def serve(
         **UVICORN_OPTIONS,
         # Long-polls and device links would hold a shutdown for up to a minute; devices reconnect.
         timeout_graceful_shutdown=SHUTDOWN_GRACE_SECONDS,
+        ssl_certfile=cert,
+        ssl_keyfile=key,
     )
+
+
+def _tls_files(cert: str, key: str) -> tuple[str | None, str | None]:
+    """The certificate and key ``serve`` speaks https with, checked now so a bad pair stops the start."""
+    import ssl
+
+    if not cert and not key:
+        return None, None
+    if not (cert and key):
+        raise fail("https needs both a certificate and its key: pass --tls-cert and --tls-key together.")
+    try:
+        ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(cert, key)
+    except OSError as e:
+        raise fail(f"The TLS certificate or key cannot be read: {e.strerror or e}.") from None
+    except ssl.SSLError:
+        raise fail(
+            f"{cert} and {key} are not a PEM certificate and its private key; check both files."
+        ) from None
+    return cert, key
 
 
 def _require_settings_file(config: str | None) -> None:

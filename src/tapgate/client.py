@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import ssl
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -146,7 +147,9 @@ def error_from_response(response: httpx.Response) -> errors.TapgateError:
 
 class Client:
     """An agent's connection to a tapgate gateway. Use it as an async context manager, or call
-    ``aclose()``. ``transport`` replaces the network (``httpx.ASGITransport`` or a mock) in tests."""
+    ``aclose()``. ``verify`` is what https is checked against: ``True`` (the system's CAs), the path of a
+    CA file (PEM, e.g. a self-signed gateway's certificate), or an ``ssl.SSLContext``. ``transport``
+    replaces the network (``httpx.ASGITransport`` or a mock) in tests."""
 
     def __init__(
         self,
@@ -156,6 +159,7 @@ class Client:
         timeout: float = 30.0,
         transport: httpx.AsyncBaseTransport | None = None,
         max_backoff: float = 10.0,
+        verify: bool | str | ssl.SSLContext = True,
     ) -> None:
         self.url = url.rstrip("/")
         self._timeout = timeout
@@ -165,6 +169,7 @@ class Client:
             headers={"Authorization": f"Bearer {token}", "User-Agent": f"tapgate-client/{__version__}"},
             timeout=timeout,
             transport=transport,
+            verify=ssl.create_default_context(cafile=verify) if isinstance(verify, str) else verify,
         )
 
     async def __aenter__(self) -> Client:
