@@ -23,6 +23,7 @@ from tapgate.device.cli import device_app
 from tapgate.domain.audit import BrokenChain
 from tapgate.domain.errors import ConfigurationError, TapgateError
 from tapgate.domain.principals import Principal, TokenKind
+from tapgate.operator_commands import register as register_operator_commands
 
 T = TypeVar("T")
 SHUTDOWN_GRACE_SECONDS = 5
@@ -41,6 +42,7 @@ app.add_typer(tenant_app, name="tenant")
 app.add_typer(token_app, name="token")
 app.add_typer(audit_app, name="audit")
 app.add_typer(device_app, name="device")
+register_operator_commands(app, device_app)
 
 
 def _print_version(asked: bool) -> None:

@@ -142,6 +142,10 @@ class Gateway:
         caller.require(TokenKind.OPERATOR)
         return await accounts.create_user(self.store, self.clock, caller, user_id, display_name)
 
+    async def list_users(self, caller: Principal) -> Sequence[User]:
+        caller.require(TokenKind.OPERATOR)
+        return await accounts.list_users(self.store, caller)
+
     async def create_token(
         self,
         caller: Principal,

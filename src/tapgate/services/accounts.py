@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from tapgate.domain.accounts import Credential, Tenant, User
@@ -77,6 +77,12 @@ async def create_user(
         await uow.users.add(user)
         await uow.journal.append(AuditRecord("user.created", caller.actor, subject=user_id), now)
     return user
+
+
+async def list_users(store: Store, caller: Principal) -> Sequence[User]:
+    """The caller's tenant's users, by id."""
+    async with store.unit_of_work(caller.tenant_id) as uow:
+        return await uow.users.list()
 
 
 def _scopes_for(kind: TokenKind, requested: Iterable[str] | None) -> frozenset[Scope]:
