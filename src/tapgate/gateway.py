@@ -183,9 +183,7 @@ class Gateway:
         caller.require(TokenKind.OPERATOR, TokenKind.USER, scope=Scope.DEVICE_READ)
         return await devices.list_devices(self.store, self.clock, caller, user_id)
 
-    async def set_grants(
-        self, caller: Principal, user_id: str, device_id: str, grants: Mapping[str, bool]
-    ) -> Device:
+    async def set_grants(self, caller: Principal, user_id: str, device_id: str, grants: object) -> Device:
         caller.require(TokenKind.OPERATOR, TokenKind.USER, scope=Scope.DEVICE_WRITE)
         return await devices.set_grants(self.store, self.clock, caller, user_id, device_id, grants)
 
