@@ -19,6 +19,7 @@ from pydantic_settings import (
 )
 
 from tapgate.domain.errors import ConfigurationError
+from tapgate.validation_messages import sentence
 
 DEFAULT_FILE = "tapgate.toml"
 
@@ -178,10 +179,10 @@ def load_settings(explicit: str | None = None, **overrides: Any) -> Settings:
         problems = []
         for err in e.errors():
             key = ".".join(str(p) for p in err["loc"]) or "settings"
-            reason = err["msg"].removeprefix("Value error, ")
             if err["type"] == "extra_forbidden":
-                reason = "is not a tapgate setting (check its spelling)"
-            problems.append(f"{key}: {reason}")
+                problems.append(f"{key}: is not a tapgate setting (check its spelling)")
+            else:
+                problems.append(sentence(err["type"], key, err).removesuffix("."))
         raise ConfigurationError(f"Bad settings in {where}: " + "; ".join(problems) + ".") from e
     except ValueError as e:  # a settings file that is not valid TOML
         raise ConfigurationError(f"{path} is not valid TOML: {e}.") from e

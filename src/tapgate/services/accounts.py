@@ -97,7 +97,9 @@ def _scopes_for(kind: TokenKind, requested: Iterable[str] | None) -> frozenset[S
             scope = None
         if scope is None or scope not in allowed:
             choices = ", ".join(sorted(allowed))
-            raise InvalidInput("scopes", f"scopes: {name!r} is not a {kind} scope; choose from {choices}.")
+            raise InvalidInput(
+                "scopes", f"scopes: {name!r} is not a scope of {kind} tokens; choose from {choices}."
+            )
         scopes.add(scope)
     return frozenset(scopes)
 
