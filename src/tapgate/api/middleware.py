@@ -114,7 +114,7 @@ class Observe:
 
 
 def _mounted(scope: Scope) -> str:
-    """The template of a request a mounted app answered (the browser app's files, /mcp): the mount's
+    """The template of a request a mounted app answered (the browser app's files): the mount's
     path, which the router wrote into root_path, and ``{path}``; else ``unmatched``."""
     root = scope.get("root_path", "")
     return f"{root}/{{path}}" if root else "unmatched"
