@@ -158,3 +158,25 @@ async def test_the_terminal_phone_pairs_over_https_and_answers_over_wss(https_ga
         assert call.status == "done"
     finally:
         phone.kill()
+
+
+def test_serve_refuses_a_certificate_and_key_that_do_not_load_in_one_line(tmp_path: Path) -> None:
+    made = tapgate("init", "--dir", str(tmp_path))
+    assert made.returncode == 0, made.stderr
+    config = str(tmp_path / "tapgate.toml")
+    cert, key = self_signed(tmp_path)
+    (tmp_path / "other.pem").write_text("not a key\n")
+    refused = tapgate(
+        "serve", "--config", config, "--tls-cert", str(cert), "--tls-key", str(tmp_path / "other.pem")
+    )
+    assert refused.returncode == 1
+    other = tmp_path / "other.pem"
+    said = f"{cert} and {other} are not a PEM certificate and its private key; check both files."
+    assert refused.stderr.strip() == said
+    missing = tapgate(
+        "serve", "--config", config, "--tls-cert", str(tmp_path / "gone.pem"), "--tls-key", str(key)
+    )
+    assert missing.returncode == 1 and "cannot be read" in missing.stderr
+    (tmp_path / "tapgate.toml").write_text(f'tls_cert = "{cert}"\n' + (tmp_path / "tapgate.toml").read_text())
+    half = tapgate("serve", "--config", config)
+    assert half.returncode == 1 and "tls_cert and tls_key go together" in half.stderr

@@ -292,12 +292,12 @@ def _tls_files(cert: str, key: str) -> tuple[str | None, str | None]:
         raise fail("https needs both a certificate and its key: pass --tls-cert and --tls-key together.")
     try:
         ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(cert, key)
-    except OSError as e:
-        raise fail(f"The TLS certificate or key cannot be read: {e.strerror or e}.") from None
-    except ssl.SSLError:
+    except ssl.SSLError:  # before OSError, whose subclass it is
         raise fail(
             f"{cert} and {key} are not a PEM certificate and its private key; check both files."
         ) from None
+    except OSError as e:
+        raise fail(f"The TLS certificate or key cannot be read: {e.strerror or e}.") from None
     return cert, key
 
 
