@@ -9,15 +9,18 @@ import contextlib
 import json
 import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from tests.live import free_port
+from tests.test_operator_commands import Lines
 
 ROOT = Path(__file__).resolve().parent.parent
 FENCE = re.compile(r"^```(\w*)\n(.*?)^```\n", re.MULTILINE | re.DOTALL)
@@ -64,6 +67,14 @@ def _script(blocks: list[Block]) -> str:
 def run_blocks(blocks: list[Block], folder: Path, port_shown: str, port: int) -> list[str]:
     """Run the blocks in one bash, in ``folder``, on ``port`` instead of the port shown; each block's
     output. Kills what the blocks left running."""
+    with running_blocks(blocks, folder, port_shown, port) as outputs:
+        return outputs
+
+
+@contextlib.contextmanager
+def running_blocks(blocks: list[Block], folder: Path, port_shown: str, port: int) -> Iterator[list[str]]:
+    """As run_blocks, with what the blocks started in the background (a gateway, a phone) still running
+    until the end of the ``with``."""
     for block in blocks:
         block.code = block.code.replace(port_shown, str(port))
     env = {k: v for k, v in os.environ.items() if not k.startswith("TAPGATE_")}
@@ -79,14 +90,14 @@ def run_blocks(blocks: list[Block], folder: Path, port_shown: str, port: int) ->
     )
     try:
         out, _ = process.communicate(timeout=SECONDS)
+        assert "@@end" in out, out[-3000:]
+        failures = [line for line in out.splitlines() if line.startswith("@@failed")]
+        assert not failures, "\n".join(failures) + "\n\n" + out[-4000:]
+        yield re.split(r"^@@block \d+\n", out.split("@@end")[0], flags=re.MULTILINE)[1:]
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGTERM)  # the gateway and phones the blocks started
         process.wait(timeout=30)
-    assert "@@end" in out, out[-3000:]
-    failures = [line for line in out.splitlines() if line.startswith("@@failed")]
-    assert not failures, "\n".join(failures) + "\n\n" + out[-4000:]
-    return re.split(r"^@@block \d+\n", out.split("@@end")[0], flags=re.MULTILINE)[1:]
 
 
 def _answers(output: str) -> list[object]:
@@ -134,13 +145,54 @@ def test_every_shell_block_of_the_api_guide_runs_in_order(tmp_path: Path) -> Non
 def test_the_readmes_run_it_yourself_pairs_a_terminal_phone_on_its_own_port(tmp_path: Path) -> None:
     blocks = shell_blocks(section((ROOT / "README.md").read_text(), "## Run it yourself"))
     port = free_port()
-    outputs = run_blocks(blocks, tmp_path, "18231", port)
-    check_answers(blocks, outputs)
-    paired = outputs[1].strip().splitlines()
-    assert paired[-2] == "active"  # the consent's answer
-    assert paired[-1].startswith("desk-lamp\t") and "granted: set_light" in paired[-1]
-    assert f"Paired desk-lamp with http://127.0.0.1:{port}" in outputs[1]  # the link named serve's port
-    assert outputs[2].strip().splitlines()[-1] == "done"
+    with running_blocks(blocks, tmp_path, "18231", port) as outputs:
+        check_answers(blocks, outputs)
+        paired = outputs[1].strip().splitlines()
+        assert paired[-2] == "active"  # the consent's answer
+        assert paired[-1].startswith("desk-lamp\t") and "granted: set_light" in paired[-1]
+        assert f"Paired desk-lamp with http://127.0.0.1:{port}" in outputs[1]  # the link named serve's port
+        assert outputs[2].strip().splitlines()[-1] == "done"
+        _pair_as_the_readme_shows(tmp_path, port)
+
+
+def _pair_as_the_readme_shows(folder: Path, port: int) -> None:
+    """The README's `tapgate pair` session, typed as shown, with the phone's command from its note."""
+    readme = section((ROOT / "README.md").read_text(), "## Run it yourself")
+    [console] = [m.group(2) for m in FENCE.finditer(readme) if m.group(1) == "console"]
+    command = shlex.split(console.splitlines()[0].removeprefix("$ "))
+    assert command[:2] == ["tapgate", "pair"]
+    phone = re.search(r"`(tapgate device pair <that link> [^`]+)`", readme.replace("\n", " "))
+    assert phone is not None
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TAPGATE_")}
+    env |= {"TAPGATE_CONFIG": "gateway/tapgate.toml", "TAPGATE_URL": f"http://127.0.0.1:{port}"}
+    operator = Lines(*command[1:], cwd=folder, env=env)
+    try:
+        link = operator.expect(r"^(http://\S+/app/#pair=\S+)$")[1]
+        assert link.startswith(f"http://127.0.0.1:{port}/app/#pair=")
+        operator.expect("Waiting for the device")
+        assert tapgate_in(folder, "device", "keygen", "phone.pem").returncode == 0
+        words = shlex.split(phone[1].replace("<that link>", shlex.quote(link)))
+        claimed = tapgate_in(folder, *words[1:])
+        assert claimed.returncode == 0, claimed.stderr
+        operator.expect("ana-phone\\) wants in; it can: sms_send")
+        operator.say(claimed.stdout.strip().splitlines()[-1].split()[-1])
+        operator.expect("Paired ana-phone for ana; granted: sms_send.")
+        assert operator.process.wait(timeout=30) == 0
+    finally:
+        operator.close()
+
+
+def tapgate_in(folder: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TAPGATE_")}
+    return subprocess.run(
+        [sys.executable, "-m", "tapgate", *args],
+        cwd=folder,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=90,
+        check=False,
+    )
 
 
 def test_the_example_manifests_the_docs_use_ship_and_declare_what_they_say() -> None:

@@ -112,13 +112,15 @@ def test_backup_on_postgresql_says_to_use_pg_dump(tmp_path: Path) -> None:
 class Lines:
     """A subprocess whose standard output is read line by line on a thread."""
 
-    def __init__(self, *args: str) -> None:
+    def __init__(self, *args: str, cwd: Path | None = None, env: dict[str, str] | None = None) -> None:
         self.process = subprocess.Popen(
             [sys.executable, "-m", "tapgate", *args],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
+            cwd=cwd,
+            env=env,
         )
         self.seen: list[str] = []
         self._queue: queue.Queue[str | None] = queue.Queue()
