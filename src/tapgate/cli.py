@@ -42,7 +42,6 @@ app.add_typer(tenant_app, name="tenant")
 app.add_typer(token_app, name="token")
 app.add_typer(audit_app, name="audit")
 app.add_typer(device_app, name="device")
-register_operator_commands(app, device_app)
 
 
 def _print_version(asked: bool) -> None:
@@ -524,6 +523,9 @@ def bench(
         console.print(f"Wrote {out / 'results.json'}, {out / 'results.md'} and {out / 'results.png'}.")
     else:
         console.print(f"Wrote {out / 'results.json'}; install matplotlib (the bench extra) for the plot.")
+
+
+register_operator_commands(app, device_app)
 
 
 def main() -> None:
