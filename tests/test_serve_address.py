@@ -13,6 +13,7 @@ import httpx
 import pytest
 
 from tapgate import __version__
+from tapgate.listening import needs_https_warning, serve_url
 from tests.live import Server, free_port, tapgate
 from tests.world import bearer
 
@@ -137,3 +138,33 @@ def test_token_create_lists_the_kinds_it_takes(tmp_path: Path) -> None:
     assert wrong.returncode == 2
     said = " ".join(wrong.stderr.replace("│", " ").split())
     assert "'robot' is not one of 'user', 'agent', 'operator'" in said
+
+
+@pytest.mark.parametrize(
+    ("host", "port", "tls", "url"),
+    [
+        ("127.0.0.1", 18231, False, "http://127.0.0.1:18231"),
+        ("localhost", 8443, True, "https://localhost:8443"),
+        ("::1", 8080, False, "http://[::1]:8080"),
+        ("0.0.0.0", 8080, False, f"http://{socket.gethostname()}:8080"),  # noqa: S104 - a name, not a bind
+    ],
+)
+def test_the_serve_address_becomes_the_url_phones_are_given(
+    host: str, port: int, tls: bool, url: str
+) -> None:
+    assert serve_url(host, port, tls) == url
+
+
+@pytest.mark.parametrize(
+    ("url", "warned"),
+    [
+        ("http://127.0.0.1:8080", False),
+        ("http://localhost:8080", False),
+        ("http://[::1]:8080", False),
+        ("https://tapgate.example", False),
+        ("http://192.168.1.20:8080", True),
+        ("http://tapgate.example", True),
+    ],
+)
+def test_only_an_address_a_phones_browser_refuses_is_warned_about(url: str, warned: bool) -> None:
+    assert needs_https_warning(url) is warned
