@@ -70,11 +70,11 @@ def test_the_environment_wins_over_the_file(tmp_path: Path, monkeypatch: pytest.
 @pytest.mark.parametrize(
     ("text", "key", "why"),
     [
-        ("ingest_daily_cap = 'lots'\n", "ingest_daily_cap", "valid integer"),
-        ("invocation_timeout_seconds = 0\n", "invocation_timeout_seconds", "greater than or equal to 1"),
-        ("log_level = 'loud'\n", "log_level", "'debug', 'info', 'warning' or 'error'"),
-        ("ingest_daily_kap = 5\n", "ingest_daily_kap", "not a tapgate setting"),
-        ("[webpush]\nsubjct = 'x'\n", "webpush.subjct", "not a tapgate setting"),
+        ("ingest_daily_cap = 'lots'\n", "ingest_daily_cap", "must be a whole number"),
+        ("invocation_timeout_seconds = 0\n", "invocation_timeout_seconds", "must be at least 1"),
+        ("log_level = 'loud'\n", "log_level", "must be 'debug', 'info', 'warning' or 'error'"),
+        ("ingest_daily_kap = 5\n", "ingest_daily_kap", "is not a tapgate setting"),
+        ("[webpush]\nsubjct = 'x'\n", "webpush.subjct", "is not a tapgate setting"),
     ],
 )
 def test_a_bad_value_is_refused_with_its_key_and_reason(
@@ -82,8 +82,8 @@ def test_a_bad_value_is_refused_with_its_key_and_reason(
 ) -> None:
     with pytest.raises(ConfigurationError) as refused:
         load_settings(_file(tmp_path, text))
-    assert f"{key}: " in refused.value.message
-    assert why in refused.value.message
+    assert f"{key} {why}" in refused.value.message or f"{key}: {why}" in refused.value.message
+    assert "Input should" not in refused.value.message  # tapgate's words, not the library's
 
 
 def test_a_file_that_is_not_toml_is_refused(tmp_path: Path) -> None:

@@ -52,6 +52,17 @@ async def test_users_are_unique_per_tenant_and_invisible_to_others(store: Store)
         assert await uow.users.get("ana") == User(a, "ana", "Ana", NOW)
 
 
+async def test_users_list_by_id_within_their_tenant_only(store: Store) -> None:
+    a, b = await _tenant(store), await _tenant(store)
+    async with store.unit_of_work(a) as uow:
+        await uow.users.add(User(a, "zoe", "Zoe", NOW))
+        await uow.users.add(User(a, "ana", "Ana", NOW))
+    async with store.unit_of_work(b) as uow:
+        await uow.users.add(User(b, "bob", "Bob", NOW))
+    async with store.unit_of_work(a) as uow:
+        assert list(await uow.users.list()) == [User(a, "ana", "Ana", NOW), User(a, "zoe", "Zoe", NOW)]
+
+
 async def test_a_credential_round_trips_with_its_scopes_and_bindings(store: Store) -> None:
     a = await _tenant(store)
     credential = Credential(

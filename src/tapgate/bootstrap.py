@@ -24,6 +24,7 @@ from tapgate.config import Settings
 from tapgate.domain.errors import ConfigurationError
 from tapgate.domain.policy import PolicySet, parse_policies
 from tapgate.gateway import Background, Gateway
+from tapgate.listening import DEFAULT_PUBLIC_URL
 from tapgate.ports import Clock, PushSender, Store
 from tapgate.services.context import Limits
 
@@ -173,7 +174,7 @@ def build_gateway(
         wake=wake,
         limits=limits_from(settings),
         device_channel=settings.devices_enabled,
-        public_url=settings.public_url,
+        public_url=settings.public_url or DEFAULT_PUBLIC_URL,
         policies=load_policies(settings),
         background=background,
         push=push,

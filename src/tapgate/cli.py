@@ -5,10 +5,12 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import logging
 import os
 import secrets
 import sys
 from collections.abc import Awaitable, Callable
+from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
@@ -16,11 +18,13 @@ import typer
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
+from tapgate import __version__
 from tapgate.cli_console import console_app
 from tapgate.device.cli import device_app
 from tapgate.domain.audit import BrokenChain
 from tapgate.domain.errors import ConfigurationError, TapgateError
 from tapgate.domain.principals import Principal, TokenKind
+from tapgate.operator_commands import register as register_operator_commands
 
 if TYPE_CHECKING:
     from tapgate.config import Settings
@@ -33,6 +37,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
 )
 tenant_app = typer.Typer(help="Tenants: one deployment's customers.", no_args_is_help=True)
 token_app = typer.Typer(help="Tokens for operators, users and agents.", no_args_is_help=True)
@@ -43,6 +48,23 @@ app.add_typer(audit_app, name="audit")
 app.add_typer(device_app, name="device")
 app.add_typer(console_app, name="console")
 
+
+def _print_version(asked: bool) -> None:
+    if asked:
+        typer.echo(f"tapgate {__version__}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _main(
+    version: Annotated[
+        bool,
+        typer.Option("--version", callback=_print_version, is_eager=True, help="Print the version and stop."),
+    ] = False,
+) -> None:
+    """tapgate: let an AI agent act on a person's devices while the person stays in charge."""
+
+
 ConfigOption = Annotated[
     str | None, typer.Option("--config", help="Settings file (default: TAPGATE_CONFIG, else ./tapgate.toml).")
 ]
@@ -50,6 +72,12 @@ ConfigOption = Annotated[
 
 # How `tapgate serve` runs uvicorn; the bench serves its floor with the same options, so keep them here.
 UVICORN_OPTIONS: dict[str, Any] = {"access_log": False, "log_config": None, "ws_per_message_deflate": False}
+
+
+class TokenKindChoice(StrEnum):
+    USER = "user"
+    AGENT = "agent"
+    OPERATOR = "operator"
 
 
 def fail(message: str) -> typer.Exit:
@@ -93,7 +121,8 @@ def settings_file_text(database_path: Path) -> str:
 database_url = "sqlite:///{database_path}"
 device_channel_enabled = true
 device_sms_enabled = true
-public_url = "http://127.0.0.1:8080"          # what pairing links and QR codes point at
+# public_url = "https://tapgate.example"      # what pairing links and QR codes point at (default: the
+                                               # address `tapgate serve` listens on, e.g. http://127.0.0.1:8080)
 # policies_file = "policies.yaml"
 invocation_timeout_seconds = 300
 device_call_timeout_seconds = 10
@@ -201,6 +230,10 @@ def serve(
     workers: Annotated[
         int, typer.Option(min=1, help="Worker processes (PostgreSQL only for more than 1).")
     ] = 1,
+    tls_cert: Annotated[
+        str | None, typer.Option(help="A PEM certificate (with its chain): speak https and wss (tls_cert).")
+    ] = None,
+    tls_key: Annotated[str | None, typer.Option(help="The certificate's PEM private key (tls_key).")] = None,
 ) -> None:
     """Run the gateway; refuses to start, with the reason, on a bad configuration."""
     import uvicorn
@@ -208,8 +241,12 @@ def serve(
     from tapgate.adapters.store.migrate import pending_migrations
     from tapgate.adapters.store.urls import is_postgres
     from tapgate.bootstrap import check_push_settings, check_wake_settings, load_policies, web_push_key
+    from tapgate.listening import needs_https_warning, port_in_use, serve_url
+    from tapgate.logs import configure_logging
 
+    _require_settings_file(config)
     settings = _settings(config)
+    cert, key = _tls_files(tls_cert or settings.tls_cert, tls_key or settings.tls_key)
     try:
         load_policies(settings)
         web_push_key(settings)
@@ -220,6 +257,7 @@ def serve(
         raise fail(str(e)) from None
     if workers > 1 and not is_postgres(settings.database_url):
         raise fail("More than one worker needs PostgreSQL; SQLite serves one process. Use --workers 1.")
+    _require_database(settings.database_url)
     if workers > 1 and settings.wake_kind == "local":
         raise fail('wake = "local" reaches one process; with --workers, set wake to "postgres" or "nats".')
     try:
@@ -232,8 +270,25 @@ def serve(
         ) from None
     if behind:
         raise fail("The database is not at the latest schema; run 'tapgate migrate' first.")
+    try:
+        busy = port_in_use(host, port)
+    except OSError as e:
+        raise fail(f"tapgate cannot listen on {host}:{port}: {e.strerror}; check --host.") from None
+    if busy:
+        raise fail(f"Port {port} on {host} is in use by another program; pass another --port.")
     if config:
         os.environ["TAPGATE_CONFIG"] = str(Path(config).resolve())
+    public_url = settings.public_url
+    if not public_url:  # the workers read it from the environment, as every setting
+        public_url = serve_url(host, port, tls=cert is not None)
+        os.environ["TAPGATE_PUBLIC_URL"] = public_url
+    configure_logging(settings.log_level)
+    if needs_https_warning(public_url):
+        logging.getLogger("tapgate.serve").warning(
+            "public_url is neither https nor loopback: a phone's browser refuses WebCrypto and Web Push "
+            "there; see docs/deploy.md",
+            extra={"public_url": public_url},
+        )
     warn_unsafe_defaults(settings)
     from tapgate.api.bounded_http import BoundedHttp
 
@@ -251,7 +306,54 @@ def serve(
         # Long-polls and device links would hold a shutdown for up to a minute; devices reconnect.
         timeout_graceful_shutdown=SHUTDOWN_GRACE_SECONDS,
         timeout_keep_alive=settings.keep_alive_seconds,
+        ssl_certfile=cert,
+        ssl_keyfile=key,
     )
+
+
+def _tls_files(cert: str, key: str) -> tuple[str | None, str | None]:
+    """The certificate and key ``serve`` speaks https with, checked now so a bad pair stops the start."""
+    import ssl
+
+    if not cert and not key:
+        return None, None
+    if not (cert and key):
+        raise fail("https needs both a certificate and its key: pass --tls-cert and --tls-key together.")
+    try:
+        ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(cert, key)
+    except ssl.SSLError:  # before OSError, whose subclass it is
+        raise fail(
+            f"{cert} and {key} are not a PEM certificate and its private key; check both files."
+        ) from None
+    except OSError as e:
+        raise fail(f"The TLS certificate or key cannot be read: {e.strerror or e}.") from None
+    return cert, key
+
+
+def _require_settings_file(config: str | None) -> None:
+    """``serve`` without a settings file would run a gateway nobody set up: say how to get one."""
+    from tapgate.config import config_path
+
+    try:
+        found = config_path(config)
+    except ConfigurationError as e:
+        raise fail(e.message) from None
+    if found is None and "TAPGATE_DATABASE_URL" not in os.environ:
+        raise fail("There is no tapgate.toml here: run 'tapgate init' to make one, or pass --config FILE.")
+
+
+def _require_database(database_url: str) -> None:
+    """Refuse, creating nothing, when the SQLite file named is not there (a typo would start afresh)."""
+    from sqlalchemy.engine import make_url
+
+    url = make_url(database_url)
+    if url.get_backend_name() != "sqlite" or not url.database or url.database == ":memory:":
+        return
+    if not Path(url.database).exists():
+        raise fail(
+            f"The database {url.database} does not exist: run 'tapgate init' for a new deployment, or "
+            "'tapgate migrate' to create it."
+        )
 
 
 @tenant_app.command("create")
@@ -276,7 +378,10 @@ def tenant_create(name: str, config: ConfigOption = None) -> None:
 @token_app.command("create")
 def token_create(
     tenant: Annotated[str, typer.Option(help="The tenant.")],
-    kind: Annotated[str, typer.Option(help="user, agent or operator.")],
+    kind_choice: Annotated[
+        TokenKindChoice,
+        typer.Option("--kind", help="What the token is for."),
+    ],
     user: Annotated[str | None, typer.Option(help="The user the token acts for (user and agent).")] = None,
     scope: Annotated[list[str] | None, typer.Option(help="A scope; repeat for more (default: all).")] = None,
     agent_id: Annotated[str | None, typer.Option(help="The agent's id (agent tokens).")] = None,
@@ -286,9 +391,7 @@ def token_create(
     config: ConfigOption = None,
 ) -> None:
     """Mint a token and print it on the last line."""
-    if kind not in ("user", "agent", "operator"):
-        typer.echo("--kind must be user, agent or operator.", err=True)
-        raise typer.Exit(2)
+    kind = kind_choice.value
     if kind != "operator" and not user:
         typer.echo(
             f"{'An' if kind[0] in 'aeiou' else 'A'} {kind} token acts for a user: pass --user.", err=True
@@ -541,6 +644,9 @@ def bench(
         console.print(f"Wrote {out / 'results.json'}, {out / 'results.md'} and {out / 'results.png'}.")
     else:
         console.print(f"Wrote {out / 'results.json'}; install matplotlib (the bench extra) for the plot.")
+
+
+register_operator_commands(app, device_app)
 
 
 def main() -> None:

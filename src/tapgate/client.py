@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import ssl
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -151,8 +152,10 @@ def error_from_response(response: httpx.Response) -> errors.TapgateError:
 
 class Client:
     """An agent's connection to a tapgate gateway. Use it as an async context manager, or call
-    ``aclose()``. ``transport`` replaces the network (``httpx.ASGITransport`` or a mock) in tests; either
-    way a request safe to repeat is sent once more when its connection dropped before any answer."""
+    ``aclose()``. ``verify`` is what https is checked against: ``True`` (the system's CAs), the path of a
+    CA file (PEM, e.g. a self-signed gateway's certificate), or an ``ssl.SSLContext``. ``transport``
+    replaces the network (``httpx.ASGITransport`` or a mock) in tests; either way a request safe to repeat
+    is sent once more when its connection dropped before any answer."""
 
     def __init__(
         self,
@@ -162,6 +165,7 @@ class Client:
         timeout: float = 30.0,
         transport: httpx.AsyncBaseTransport | None = None,
         max_backoff: float = 10.0,
+        verify: bool | str | ssl.SSLContext = True,
     ) -> None:
         self.url = url.rstrip("/")
         self._timeout = timeout
@@ -170,7 +174,12 @@ class Client:
             base_url=self.url,
             headers={"Authorization": f"Bearer {token}", "User-Agent": f"tapgate-client/{__version__}"},
             timeout=timeout,
-            transport=RetryDropped(transport),
+            transport=RetryDropped(
+                transport
+                or httpx.AsyncHTTPTransport(
+                    verify=ssl.create_default_context(cafile=verify) if isinstance(verify, str) else verify
+                )
+            ),
         )
 
     async def __aenter__(self) -> Client:

@@ -19,6 +19,7 @@ from pydantic_settings import (
 )
 
 from tapgate.domain.errors import ConfigurationError
+from tapgate.validation_messages import sentence
 
 DEFAULT_FILE = "tapgate.toml"
 WAKES = ("local", "postgres", "nats")
@@ -96,7 +97,9 @@ class Settings(BaseSettings):
     admin_database_url: str = ""
     device_channel_enabled: bool = False
     device_sms_enabled: bool = False
-    public_url: str = "http://127.0.0.1:8080"
+    public_url: str = ""  # empty: the address `tapgate serve` listens on (see tapgate.listening)
+    tls_cert: str = ""  # a PEM certificate (chain) file: `serve` speaks https and wss
+    tls_key: str = ""  # its PEM private key file
     policies_file: str = ""
     invocation_timeout_seconds: int = Field(300, ge=1, le=86_400)
     device_call_timeout_seconds: int = Field(10, ge=1, le=600)
@@ -176,6 +179,14 @@ class Settings(BaseSettings):
             raise ValueError("push_retry_seconds are waits in seconds: none may be negative")
         return self
 
+    @model_validator(mode="after")
+    def _addresses_are_whole(self) -> Settings:
+        if self.public_url and not self.public_url.startswith(("http://", "https://")):
+            raise ValueError("public_url must start with https:// (or http://), like https://tapgate.example")
+        if bool(self.tls_cert) != bool(self.tls_key):
+            raise ValueError("tls_cert and tls_key go together: set both, or neither")
+        return self
+
     @property
     def devices_enabled(self) -> bool:
         return self.device_channel_enabled and self.device_sms_enabled
@@ -215,10 +226,10 @@ def load_settings(explicit: str | None = None, **overrides: Any) -> Settings:
         problems = []
         for err in e.errors():
             key = ".".join(str(p) for p in err["loc"]) or "settings"
-            reason = err["msg"].removeprefix("Value error, ")
             if err["type"] == "extra_forbidden":
-                reason = "is not a tapgate setting (check its spelling)"
-            problems.append(f"{key}: {reason}")
+                problems.append(f"{key}: is not a tapgate setting (check its spelling)")
+            else:
+                problems.append(sentence(err["type"], key, err).removesuffix("."))
         raise ConfigurationError(f"Bad settings in {where}: " + "; ".join(problems) + ".") from e
     except ValueError as e:  # a settings file that is not valid TOML
         raise ConfigurationError(f"{path} is not valid TOML: {e}.") from e
@@ -243,6 +254,10 @@ def _anchor_paths(settings: Settings, base: Path) -> Settings:
         changes["database_url"] = prefix + str((base / url[len(prefix) :]).resolve())
     if settings.policies_file and not Path(settings.policies_file).is_absolute():
         changes["policies_file"] = str((base / settings.policies_file).resolve())
+    for key in ("tls_cert", "tls_key"):
+        value = getattr(settings, key)
+        if value and not Path(value).is_absolute():
+            changes[key] = str((base / value).resolve())
     apns, fcm = settings.apns.private_key_file, settings.fcm.service_account_file
     if apns and not Path(apns).is_absolute():
         changes["apns"] = settings.apns.model_copy(update={"private_key_file": str((base / apns).resolve())})

@@ -180,6 +180,10 @@ class Gateway:
         caller.require(TokenKind.OPERATOR)
         return await accounts.create_user(self.store, self.clock, caller, user_id, display_name)
 
+    async def list_users(self, caller: Principal) -> Sequence[User]:
+        caller.require(TokenKind.OPERATOR)
+        return await accounts.list_users(self.store, caller)
+
     async def create_token(
         self,
         caller: Principal,
@@ -226,9 +230,7 @@ class Gateway:
         caller.require(TokenKind.OPERATOR, TokenKind.USER, scope=Scope.DEVICE_READ)
         return await devices.list_devices(self.store, self.clock, caller, user_id)
 
-    async def set_grants(
-        self, caller: Principal, user_id: str, device_id: str, grants: Mapping[str, bool]
-    ) -> Device:
+    async def set_grants(self, caller: Principal, user_id: str, device_id: str, grants: object) -> Device:
         caller.require(TokenKind.OPERATOR, TokenKind.USER, scope=Scope.DEVICE_WRITE)
         return await devices.set_grants(self.store, self.clock, caller, user_id, device_id, grants)
 

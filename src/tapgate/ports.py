@@ -42,6 +42,9 @@ class Users(Protocol):
 
     async def get(self, user_id: str) -> User | None: ...
 
+    async def list(self) -> Sequence[User]:
+        """The tenant's users, by id."""
+
 
 class Credentials(Protocol):
     async def add(self, credential: Credential) -> None: ...

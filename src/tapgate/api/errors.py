@@ -11,6 +11,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
 from tapgate.domain import errors as e
+from tapgate.validation_messages import sentence
 
 log = logging.getLogger(__name__)
 
@@ -43,8 +44,13 @@ def status_of(error: e.TapgateError) -> int:
 
 
 def _field(loc: tuple[Any, ...]) -> str:
-    parts = [str(p) for p in loc if p not in ("body", "query", "path", "header")]
-    return ".".join(parts) or "body"
+    """``capabilities[0].name``: the field as a person would point at it in the JSON they sent."""
+    named = ""
+    for part in loc:
+        if part in ("body", "query", "path", "header"):
+            continue
+        named += f"[{part}]" if isinstance(part, int) else (f".{part}" if named else str(part))
+    return named or "body"
 
 
 def describe_validation(
@@ -63,8 +69,7 @@ def describe_validation(
         return 422, "invalid", f"{field} is required."
     if kind == "extra_forbidden":
         return 422, "invalid", f"{field} is not a field this request accepts; remove it."
-    message = first["msg"].removeprefix("Value error, ")
-    return 422, "invalid", f"{field}: {message}."
+    return 422, "invalid", sentence(kind, field, first)
 
 
 def install(app: FastAPI) -> None:

@@ -98,7 +98,7 @@ class Observe:
             await self.app(scope, receive, observed)
         finally:
             route: Any = scope.get("route")
-            template = getattr(route, "path", "unmatched")
+            template = getattr(route, "path", None) or _mounted(scope)
             elapsed = time.perf_counter() - started
             self.requests.labels(scope["method"], template, str(status)).inc()
             self.latency.labels(scope["method"], template).observe(elapsed)
@@ -111,3 +111,10 @@ class Observe:
                     "ms": round(elapsed * 1000, 2),
                 },
             )
+
+
+def _mounted(scope: Scope) -> str:
+    """The template of a request a mounted app answered (the browser app's files): the mount's
+    path, which the router wrote into root_path, and ``{path}``; else ``unmatched``."""
+    root = scope.get("root_path", "")
+    return f"{root}/{{path}}" if root else "unmatched"

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 
 
 class Request(BaseModel):
@@ -98,8 +98,23 @@ class DeviceBody(Request):
     capabilities: list[dict[str, Any]] = Field(default_factory=list, max_length=32)
 
 
+# Either shape, checked by the domain (read_grants) so that every route says the same sentence.
+GrantsField = Annotated[
+    Any,
+    WithJsonSchema(
+        {
+            "anyOf": [
+                {"type": "array", "items": {"type": "string"}, "maxItems": 32},
+                {"type": "object", "additionalProperties": {"type": "boolean"}, "maxProperties": 32},
+            ],
+            "description": "Capability names to grant, or an object of capability names and true/false",
+        }
+    ),
+]
+
+
 class EnrolDevice(DeviceBody):
-    grants: list[str] | None = Field(None, max_length=32, description="Capabilities granted at once")
+    grants: GrantsField = None
 
 
 class CapabilityView(BaseModel):
@@ -142,7 +157,7 @@ class DeviceList(BaseModel):
 
 
 class Grants(Request):
-    grants: dict[str, bool] = Field(max_length=32)
+    grants: GrantsField
 
 
 class Capabilities(Request):
@@ -182,7 +197,7 @@ class Paired(BaseModel):
 class Consent(Request):
     comparison_code: str = Field("", max_length=6, pattern=r"^([0-9]{6})?$", description="Needed to approve")
     approved: bool
-    grants: list[str] = Field(default_factory=list, max_length=32)
+    grants: GrantsField = None
 
 
 class SessionBody(Request):

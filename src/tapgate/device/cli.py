@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Mapping
+import ssl
+from collections.abc import Callable, Mapping
 from contextlib import AbstractAsyncContextManager
 from enum import StrEnum
 from pathlib import Path
@@ -51,6 +52,14 @@ KindOption = Annotated[str, typer.Option("--kind", help="What it is: phone, lamp
 CapabilityOption = Annotated[
     list[str] | None,
     typer.Option("--capability", help="A capability as JSON, or @file with one or a list; repeat for more."),
+]
+CaFileOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--ca-file",
+        envvar="TAPGATE_CA_FILE",
+        help="A CA certificate (PEM) to trust for the gateway's https and wss, e.g. a self-signed one.",
+    ),
 ]
 PushKindOption = Annotated[str | None, typer.Option("--push-kind", help="Push kind: fcm, apns, webpush…")]
 PushTokenOption = Annotated[str | None, typer.Option("--push-token", help="The device's push address.")]
@@ -101,9 +110,19 @@ def _error(r: httpx.Response) -> str:
         return f"HTTP {r.status_code}: {r.text[:200]}"
 
 
-def _request(method: str, url: str, **kwargs: Any) -> httpx.Response:
+def _trust(ca_file: Path | None) -> ssl.SSLContext | bool:
+    """What https is checked against: the system's CAs, or also the one in ``ca_file``."""
+    if ca_file is None:
+        return True
     try:
-        return httpx.request(method, url, timeout=TIMEOUT, **kwargs)
+        return ssl.create_default_context(cafile=str(ca_file))
+    except (OSError, ssl.SSLError) as e:
+        _fail(f"--ca-file {ca_file} is not a readable PEM certificate: {e}.", 2)
+
+
+def _request(method: str, url: str, ca_file: Path | None = None, **kwargs: Any) -> httpx.Response:
+    try:
+        return httpx.request(method, url, timeout=TIMEOUT, verify=_trust(ca_file), **kwargs)
     except httpx.TransportError as e:
         _fail(f"The gateway at {url} cannot be reached ({type(e).__name__}); check the URL and that it runs.")
 
@@ -144,6 +163,7 @@ def enrol(
     state: Annotated[
         Path | None, typer.Option("--state", help="With --url: also write a state file for 'run'.")
     ] = None,
+    ca_file: CaFileOption = None,
 ) -> None:
     """Print the enrolment body, or post it (--url, --user, --operator-token) and print the token.
 
@@ -164,6 +184,7 @@ def enrol(
     r = _request(
         "POST",
         f"{url.rstrip('/')}/v1/users/{user}/devices",
+        ca_file,
         json=body,
         headers={"Authorization": f"Bearer {operator_token}"},
     )
@@ -188,6 +209,7 @@ def pair(
     push_token: PushTokenOption = None,
     capability: CapabilityOption = None,
     state: StateOption = DEFAULT_STATE,
+    ca_file: CaFileOption = None,
 ) -> None:
     """Claim a pairing link; show the comparison code the person types to let the device in."""
     try:
@@ -196,7 +218,7 @@ def pair(
         _fail(str(e), 2)
     key = _key(keyfile)
     body = device_body(key, device_id, name, kind, _capabilities(capability), _push(push_kind, push_token))
-    r = _request("POST", f"{link.gateway_url}/v1/pair", json=body | {"code": link.code})
+    r = _request("POST", f"{link.gateway_url}/v1/pair", ca_file, json=body | {"code": link.code})
     if r.status_code != 201:
         _fail(f"The gateway refused the pairing: {_error(r)}")
     paired = r.json()
@@ -214,17 +236,30 @@ def pair(
     typer.echo(f"comparison code: {code}")
 
 
-def gateway_http(url: str) -> httpx.AsyncClient:
+def gateway_http(url: str, trust: ssl.SSLContext | bool = True) -> httpx.AsyncClient:
     """The phone's HTTP client: its GETs (the long-polls) are sent once more when the connection dropped
     before any answer, as a stale keep-alive connection does (tapgate.dropped)."""
-    return httpx.AsyncClient(base_url=url, timeout=TIMEOUT, transport=RetryDropped())
-
-
-def _connect(url: str, headers: Mapping[str, str]) -> AbstractAsyncContextManager[Link]:
-    # A closing link waits at most 2 s for the gateway's close frame: Ctrl-C should feel immediate.
-    return websocket_connect(
-        url, additional_headers=dict(headers), compression=None, open_timeout=10, close_timeout=2
+    return httpx.AsyncClient(
+        base_url=url, timeout=TIMEOUT, transport=RetryDropped(httpx.AsyncHTTPTransport(verify=trust))
     )
+
+
+def _connect_trusting(
+    trust: ssl.SSLContext | bool,
+) -> Callable[[str, Mapping[str, str]], AbstractAsyncContextManager[Link]]:
+    def connect(url: str, headers: Mapping[str, str]) -> AbstractAsyncContextManager[Link]:
+        # A closing link waits at most 2 s for the gateway's close frame: Ctrl-C should feel immediate.
+        context = trust if url.startswith("wss:") and isinstance(trust, ssl.SSLContext) else None
+        return websocket_connect(
+            url,
+            additional_headers=dict(headers),
+            compression=None,
+            open_timeout=10,
+            close_timeout=2,
+            ssl=context,
+        )
+
+    return connect
 
 
 @device_app.command()
@@ -241,6 +276,7 @@ def run(
         ApproveMode, typer.Option("--approve", help="Approvals: ask, auto-approve or auto-deny.")
     ] = ApproveMode.ASK,
     inbox: Annotated[bool, typer.Option(help="Watch the inbox for approvals to sign.")] = True,
+    ca_file: CaFileOption = None,
 ) -> None:
     """Serve calls and approvals until Ctrl-C; exit 1 if the gateway revokes the device."""
     phone_state = _state(state)
@@ -260,14 +296,16 @@ def run(
         ApproveMode.AUTO_DENY: always_decide(Decision.DENIED),
     }[approve]
 
+    trust = _trust(ca_file)
+
     async def serve() -> tuple[bool, str]:
-        async with gateway_http(phone_state.gateway_url) as http:
+        async with gateway_http(phone_state.gateway_url, trust) as http:
             phone = Phone(
                 http=http,
                 device_id=phone_state.device_id,
                 token=phone_state.token,
                 key=key,
-                connect=_connect,
+                connect=_connect_trusting(trust),
                 decide_call=decide_call,
                 decide_approval=decide_approval,
                 screen=Screen(console),
@@ -308,6 +346,7 @@ def decide(
     approval_file: Annotated[
         Path | None, typer.Option("--approval", help="Offline: an inbox item saved as JSON; print the body.")
     ] = None,
+    ca_file: CaFileOption = None,
 ) -> None:
     """Sign a decision on an inbox item and post it, or print the body (offline).
 
@@ -341,14 +380,14 @@ def decide(
     phone_state = _state(state)
     key = _key(Path(phone_state.key_file))
     gateway, auth = phone_state.gateway_url, {"Authorization": f"Bearer {phone_state.token}"}
-    r = _request("GET", f"{gateway}/v1/inbox", headers=auth)
+    r = _request("GET", f"{gateway}/v1/inbox", ca_file, headers=auth)
     if r.status_code != 200:
         _fail(f"The gateway did not show the inbox: {_error(r)}")
     found = [a for a in r.json().get("approvals", []) if isinstance(a, dict) and a.get("id") == approval_id]
     if not found:
         _fail(f"There is no pending approval {approval_id} in the inbox: decided, expired, or not yours.")
     body = _signed(key, phone_state.device_id, found[0], decision, message, not_me)
-    r = _request("POST", f"{gateway}/v1/approvals/{approval_id}", json=body, headers=auth)
+    r = _request("POST", f"{gateway}/v1/approvals/{approval_id}", ca_file, json=body, headers=auth)
     if r.status_code != 200:
         _fail(f"The gateway refused the decision: {_error(r)}")
     typer.echo(f"approval {approval_id}: {r.json()['status']} (signed by {phone_state.device_id})")

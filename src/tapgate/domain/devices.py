@@ -323,17 +323,39 @@ def parse_manifest(
     return declared
 
 
+MAX_GRANTS = 32
+GRANTS_SHAPE = (
+    'a list of capability names (["set_light"]) or an object of capability names and true or false '
+    '({"set_light": true})'
+)
+
+
+def read_grants(grants: object, field: str = "grants") -> dict[str, bool]:
+    """Grants in either shape people send them, as capability name → granted. A list names the
+    capabilities to grant; an object grants (``true``) or withdraws (``false``) each one it names.
+    Raises InvalidInput for anything else."""
+    if isinstance(grants, list | dict) and len(grants) > MAX_GRANTS:
+        raise InvalidInput(field, f"{field} names at most {MAX_GRANTS} capabilities.")
+    if isinstance(grants, list) and all(isinstance(g, str) for g in grants):
+        return dict.fromkeys(grants, True)
+    if isinstance(grants, dict) and all(
+        isinstance(k, str) and isinstance(v, bool) for k, v in grants.items()
+    ):
+        return dict(grants)
+    raise InvalidInput(field, f"{field} must be {GRANTS_SHAPE}.")
+
+
 def apply_grants(declared: Sequence[Declared], grants: object, field: str = "grants") -> list[Declared]:
-    """Mark the named capabilities granted. Raises InvalidInput for a name the device did not declare."""
+    """Mark the capabilities ``grants`` grants (either shape of ``read_grants``) granted, and no others.
+    Raises InvalidInput for a name the device did not declare."""
     if grants is None:
         return list(declared)
-    if not isinstance(grants, list) or not all(isinstance(g, str) for g in grants):
-        raise InvalidInput(field, f"{field} must be a list of capability names.")
+    wanted = read_grants(grants, field)
     names = {d.capability.name for d in declared}
-    for name in grants:
+    for name in wanted:
         if name not in names:
             raise InvalidInput(field, f"{field}: the device does not declare {name!r}.")
-    return [Declared(d.capability, d.capability.name in grants) for d in declared]
+    return [Declared(d.capability, wanted.get(d.capability.name, False)) for d in declared]
 
 
 def redeclare(current: Sequence[Declared], new: Sequence[Declared]) -> list[Declared]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -109,6 +109,12 @@ async def create_user(
     return user
 
 
+async def list_users(store: Store, caller: Principal) -> Sequence[User]:
+    """The caller's tenant's users, by id."""
+    async with store.unit_of_work(caller.tenant_id) as uow:
+        return await uow.users.list()
+
+
 def _scopes_for(kind: TokenKind, requested: Iterable[str] | None) -> frozenset[Scope]:
     allowed = SCOPES_BY_KIND[kind]
     if requested is None:
@@ -121,7 +127,9 @@ def _scopes_for(kind: TokenKind, requested: Iterable[str] | None) -> frozenset[S
             scope = None
         if scope is None or scope not in allowed:
             choices = ", ".join(sorted(allowed))
-            raise InvalidInput("scopes", f"scopes: {name!r} is not a {kind} scope; choose from {choices}.")
+            raise InvalidInput(
+                "scopes", f"scopes: {name!r} is not a scope of {kind} tokens; choose from {choices}."
+            )
         scopes.add(scope)
     return frozenset(scopes)
 

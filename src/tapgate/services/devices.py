@@ -21,6 +21,7 @@ from tapgate.domain.devices import (
     check_push,
     grants_lost,
     parse_manifest,
+    read_grants,
     redeclare,
 )
 from tapgate.domain.errors import Conflict, Forbidden, InvalidInput, NotFound, Unauthenticated
@@ -157,10 +158,13 @@ async def _live_device(uow: UnitOfWork, user_id: str, device_id: str) -> Device:
 
 
 async def set_grants(
-    store: Store, clock: Clock, caller: Principal, user_id: str, device_id: str, grants: Mapping[str, bool]
+    store: Store, clock: Clock, caller: Principal, user_id: str, device_id: str, given: object
 ) -> Device:
-    """The person grants or withdraws capabilities. Raises NotFound, InvalidInput."""
+    """The person grants or withdraws capabilities: ``given`` in either shape of ``read_grants`` (a list
+    grants the names it holds, an object sets each name it holds); others keep theirs. Raises NotFound,
+    InvalidInput."""
     _for_user(caller, user_id)
+    grants = read_grants(given)
     now = clock.now()
     async with store.unit_of_work(caller.tenant_id) as uow:
         device = await _live_device(uow, user_id, device_id)

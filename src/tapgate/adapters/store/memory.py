@@ -158,6 +158,12 @@ class _Users(_Repo):
     async def get(self, user_id: str) -> User | None:
         return self.state.users.get((self.tenant_id, user_id))
 
+    async def list(self) -> Sequence[User]:
+        return sorted(
+            (user for (tenant, _), user in self.state.users.items() if tenant == self.tenant_id),
+            key=lambda user: user.user_id,
+        )
+
 
 class _Credentials(_Repo):
     async def add(self, credential: Credential) -> None:

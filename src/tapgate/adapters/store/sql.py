@@ -242,6 +242,13 @@ class _Users(_Repo):
         ).first()
         return None if row is None else User(row.tenant_id, row.user_id, row.display_name, row.created_at)
 
+    async def list(self) -> Sequence[User]:
+        c = t.users.c
+        rows = await self.conn.execute(
+            select(t.users).where(c.tenant_id == self.tenant_id).order_by(c.user_id)
+        )
+        return [User(row.tenant_id, row.user_id, row.display_name, row.created_at) for row in rows]
+
 
 class _Credentials(_Repo):
     async def add(self, credential: Credential) -> None:

@@ -1,0 +1,217 @@
+"""The docs are tests: every `sh` block of docs/api.md, and of the README's "Run it yourself", runs in
+order in one shell against the gateway the blocks themselves start (on a free port instead of the one
+shown), keeping the variables the way the doc shows. A block's command that fails, an answer in the error
+shape, or an answer whose fields differ from the JSON the doc shows under it fails the test."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.live import free_port
+from tests.test_operator_commands import Lines
+
+ROOT = Path(__file__).resolve().parent.parent
+FENCE = re.compile(r"^```(\w*)\n(.*?)^```\n", re.MULTILINE | re.DOTALL)
+SECONDS = 300
+
+
+@dataclass
+class Block:
+    code: str
+    shown: str | None  # the JSON the doc shows right under it, if it does
+
+
+def shell_blocks(markdown: str) -> list[Block]:
+    """The ``sh`` blocks in order, each with the ``json`` block that follows it at once (if any)."""
+    fences = list(FENCE.finditer(markdown))
+    blocks = []
+    for i, fence in enumerate(fences):
+        if fence.group(1) != "sh":
+            continue
+        after = fences[i + 1] if i + 1 < len(fences) else None
+        adjacent = after is not None and after.start() == fence.end() and after.group(1) == "json"
+        blocks.append(Block(fence.group(2), after.group(2) if adjacent and after else None))
+    return blocks
+
+
+def section(markdown: str, heading: str) -> str:
+    start = markdown.index(heading)
+    end = markdown.find("\n## ", start + len(heading))
+    return markdown[start : end if end != -1 else None]
+
+
+def _script(blocks: list[Block]) -> str:
+    # ERR reports each failing command; a stream cut by --max-time (curl exits 28) is the doc's intent.
+    lines = [
+        "set -o pipefail",
+        'trap \'[[ "$BASH_COMMAND" == *--max-time* ]] || echo "@@failed: $BASH_COMMAND"\' ERR',
+    ]
+    for i, block in enumerate(blocks):
+        lines += [f"printf '\\n@@block {i}\\n'", block.code]
+    lines.append("printf '\\n@@end\\n'")
+    return "\n".join(lines) + "\n"
+
+
+def run_blocks(blocks: list[Block], folder: Path, port_shown: str, port: int) -> list[str]:
+    """Run the blocks in one bash, in ``folder``, on ``port`` instead of the port shown; each block's
+    output. Kills what the blocks left running."""
+    with running_blocks(blocks, folder, port_shown, port) as outputs:
+        return outputs
+
+
+@contextlib.contextmanager
+def running_blocks(blocks: list[Block], folder: Path, port_shown: str, port: int) -> Iterator[list[str]]:
+    """As run_blocks, with what the blocks started in the background (a gateway, a phone) still running
+    until the end of the ``with``."""
+    for block in blocks:
+        block.code = block.code.replace(port_shown, str(port))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TAPGATE_")}
+    env["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH', '')}"
+    process = subprocess.Popen(
+        ["bash", "-c", _script(blocks)],
+        cwd=folder,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        out, _ = process.communicate(timeout=SECONDS)
+        assert "@@end" in out, out[-3000:]
+        failures = [line for line in out.splitlines() if line.startswith("@@failed")]
+        assert not failures, "\n".join(failures) + "\n\n" + out[-4000:]
+        yield re.split(r"^@@block \d+\n", out.split("@@end")[0], flags=re.MULTILINE)[1:]
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGTERM)  # the gateway and phones the blocks started
+        process.wait(timeout=30)
+
+
+def _answers(output: str) -> list[object]:
+    """The JSON the block printed: the whole output (jq prints on many lines), else each line that is."""
+    try:
+        return [json.loads(output)]
+    except ValueError:
+        pass
+    answers = []
+    for line in output.splitlines():
+        try:
+            answers.append(json.loads(line))
+        except ValueError:
+            continue
+    return answers
+
+
+def check_answers(blocks: list[Block], outputs: list[str]) -> None:
+    assert len(outputs) == len(blocks)
+    for block, output in zip(blocks, outputs, strict=True):
+        answers = _answers(output)
+        for answer in answers:
+            assert not (isinstance(answer, dict) and "error" in answer), (block.code, answer)
+        if block.shown is None:
+            continue
+        try:
+            shown = json.loads(block.shown)
+        except ValueError:
+            continue  # the doc shortened it with "…"
+        objects = [a for a in answers if isinstance(a, dict | list)]
+        assert objects, (block.code, output)
+        got = objects[-1]
+        if isinstance(shown, dict):
+            assert isinstance(got, dict) and set(got) == set(shown), (block.code, got, shown)
+        else:
+            assert isinstance(got, list) and len(got) == len(shown), (block.code, got, shown)
+
+
+def test_every_shell_block_of_the_api_guide_runs_in_order(tmp_path: Path) -> None:
+    blocks = shell_blocks((ROOT / "docs" / "api.md").read_text())
+    assert len(blocks) > 20
+    check_answers(blocks, run_blocks(blocks, tmp_path, "8080", free_port()))
+
+
+def test_the_readmes_run_it_yourself_pairs_a_terminal_phone_on_its_own_port(tmp_path: Path) -> None:
+    blocks = shell_blocks(section((ROOT / "README.md").read_text(), "## Run it yourself"))
+    port = free_port()
+    with running_blocks(blocks, tmp_path, "18231", port) as outputs:
+        check_answers(blocks, outputs)
+        paired = outputs[1].strip().splitlines()
+        assert paired[-2] == "active"  # the consent's answer
+        assert paired[-1].startswith("desk-lamp\t") and "granted: set_light" in paired[-1]
+        assert f"Paired desk-lamp with http://127.0.0.1:{port}" in outputs[1]  # the link named serve's port
+        assert outputs[2].strip().splitlines()[-1] == "done"
+        _pair_as_the_readme_shows(tmp_path, port)
+
+
+def _pair_as_the_readme_shows(folder: Path, port: int) -> None:
+    """The README's `tapgate pair` session, typed as shown, with the phone's command from its note."""
+    readme = section((ROOT / "README.md").read_text(), "## Run it yourself")
+    [console] = [m.group(2) for m in FENCE.finditer(readme) if m.group(1) == "console"]
+    command = shlex.split(console.splitlines()[0].removeprefix("$ "))
+    assert command[:2] == ["tapgate", "pair"]
+    phone = re.search(r"`(tapgate device pair <that link> [^`]+)`", readme.replace("\n", " "))
+    assert phone is not None
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TAPGATE_")}
+    env |= {"TAPGATE_CONFIG": "gateway/tapgate.toml", "TAPGATE_URL": f"http://127.0.0.1:{port}"}
+    operator = Lines(*command[1:], cwd=folder, env=env)
+    try:
+        link = operator.expect(r"^(http://\S+/app/#pair=\S+)$")[1]
+        assert link.startswith(f"http://127.0.0.1:{port}/app/#pair=")
+        operator.expect("Waiting for the device")
+        assert tapgate_in(folder, "device", "keygen", "phone.pem").returncode == 0
+        words = shlex.split(phone[1].replace("<that link>", shlex.quote(link)))
+        claimed = tapgate_in(folder, *words[1:])
+        assert claimed.returncode == 0, claimed.stderr
+        operator.expect("ana-phone\\) wants in; it can: sms_send")
+        operator.say(claimed.stdout.strip().splitlines()[-1].split()[-1])
+        operator.expect("Paired ana-phone for ana; granted: sms_send.")
+        assert operator.process.wait(timeout=30) == 0
+    finally:
+        operator.close()
+
+
+def tapgate_in(folder: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TAPGATE_")}
+    return subprocess.run(
+        [sys.executable, "-m", "tapgate", *args],
+        cwd=folder,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=90,
+        check=False,
+    )
+
+
+def test_the_example_manifests_the_docs_use_ship_and_declare_what_they_say() -> None:
+    from tapgate.device.examples import LAMP_MANIFEST
+
+    assert json.loads((ROOT / "examples" / "lamp.json").read_text()) == LAMP_MANIFEST
+    phone = json.loads((ROOT / "examples" / "manifest.json").read_text())
+    assert [c["name"] for c in phone] == ["sms_send", "phone_actions"]
+    for doc in ("device-protocol.md", "api.md"):
+        text = (ROOT / "docs" / doc).read_text()
+        for name in re.findall(r"@(\S+\.json)", text):
+            assert (ROOT / name).is_file(), f"{doc} uses {name}, which does not ship"
+
+
+@pytest.mark.parametrize("doc", ["api.md", "device-protocol.md", "configuration.md"])
+def test_the_docs_no_longer_say_built_things_are_coming(doc: str) -> None:
+    text = (ROOT / "docs" / doc).read_text()
+    assert "no push leaves the server" not in text.replace("\n", " ").replace(
+        "With the flags off, no push leaves the server", ""
+    )
+    if doc == "api.md":
+        assert "POST /v1/notices" not in section(text, "## Coming")
