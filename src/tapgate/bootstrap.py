@@ -134,9 +134,11 @@ def build_gateway(
     store: Store | None = None,
     clock: Clock | None = None,
     push: PushSender | None = None,
+    reload_on_sighup: bool = False,
 ) -> Gateway:
     """The gateway the settings describe. ``store``, ``clock`` and ``push`` replace the adapters the
-    settings would choose (tests inject fakes; ``push`` stands for every push sender)."""
+    settings would choose (tests inject fakes; ``push`` stands for every push sender). The policies file
+    is watched for changes; ``reload_on_sighup`` (the server process) also reloads it on SIGHUP."""
     wake = getattr(store, "wake", None) or LocalWake()
     clock = clock or SystemClock()
     background: list[Background] = []
@@ -160,6 +162,8 @@ def build_gateway(
         policies=load_policies(settings),
         background=background,
         push=push,
+        policies_file=settings.policies_file,
+        reload_on_sighup=reload_on_sighup,
     )
 
 
@@ -171,10 +175,14 @@ def web_push_key(settings: Settings) -> str | None:
 
 
 def build_app(
-    settings: Settings, store: Store | None = None, clock: Clock | None = None, push: PushSender | None = None
+    settings: Settings,
+    store: Store | None = None,
+    clock: Clock | None = None,
+    push: PushSender | None = None,
+    reload_on_sighup: bool = False,
 ) -> FastAPI:
     return create_app(
-        build_gateway(settings, store, clock, push),
+        build_gateway(settings, store, clock, push, reload_on_sighup),
         max_body_bytes=settings.max_body_bytes,
         mcp_wait=settings.mcp_wait_seconds,
         web_push_key=web_push_key(settings),
@@ -192,4 +200,4 @@ def app_from_environment() -> FastAPI:
     settings = load_settings()
     configure_logging(settings.log_level)
     faults.arm_from(os.environ)
-    return build_app(settings)
+    return build_app(settings, reload_on_sighup=True)

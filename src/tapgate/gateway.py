@@ -42,6 +42,8 @@ from tapgate.services.ingesting import Ingested
 from tapgate.services.invoking import Call, View
 from tapgate.services.outbox import PushStats
 from tapgate.services.pairings import Claimed
+from tapgate.services.policy_explain import Explained, explain_call
+from tapgate.services.policy_reload import PolicyReloader
 from tapgate.services.push_worker import PushWorker
 
 
@@ -70,13 +72,22 @@ class Gateway:
         background: Sequence[Background] = (),
         sweep_seconds: float = 1.0,
         push: PushSender | None = None,
+        policies_file: str = "",
+        reload_on_sighup: bool = False,
     ) -> None:
-        """``push`` sends the outbox's rows; with the device channel off no worker runs (gate G12)."""
+        """``push`` sends the outbox's rows; with the device channel off no worker runs (gate G12).
+        ``policies_file`` (the file ``policies`` came from) is watched and reloaded when it changes, and
+        on SIGHUP with ``reload_on_sighup``."""
         self.ctx = Context(store, clock, wake, limits or Limits(), policies or PolicySet(), device_channel)
         self.public_url = public_url
         self._auth = AuthCache(lambda: clock.now().timestamp())
         wake.listen(self._auth.on_notify)
         self._background = list(background)
+        self.policy_reloader = (
+            PolicyReloader(self.ctx, policies_file, sighup=reload_on_sighup) if policies_file else None
+        )
+        if self.policy_reloader is not None:
+            self._background.append(self.policy_reloader)
         self._sweeper = Sweeper(self.ctx, sweep_seconds)
         self._pusher = PushWorker(self.ctx, push) if device_channel and push is not None else None
 
@@ -155,6 +166,21 @@ class Gateway:
         return await accounts.create_token(
             self.store, self.clock, caller, user_id, kind, scopes, agent_id, require_device_signature
         )
+
+    # policy
+
+    async def explain_policy(
+        self,
+        tenant_id: str,
+        user_id: str,
+        tool: str,
+        origin: str = "owner",
+        session_kind: str = "",
+        agent_id: str = "",
+    ) -> Explained:
+        """The verdict the rules in force give a call, and why, read from the live database; writes
+        nothing. For the operator's command line (``tapgate policy explain``)."""
+        return await explain_call(self.ctx, tenant_id, user_id, tool, origin, session_kind, agent_id)
 
     # the audit journal
 

@@ -39,6 +39,11 @@ class Context:
     policies: PolicySet = field(default_factory=PolicySet)
     device_channel: bool = False
 
+    def swap_policies(self, policies: PolicySet) -> None:
+        """Put new rules in force for the next call: one reference swapped, so a call that read
+        ``policies`` keeps the whole set it read (the only field that changes after start)."""
+        object.__setattr__(self, "policies", policies)
+
 
 def device_key(tenant_id: str, device_uid: str) -> str:
     """Notified when a device has new work (or was revoked)."""
