@@ -22,6 +22,7 @@ from tapgate.adapters.store.sql import open_sql_store
 from tapgate.adapters.store.tables import APPEND_ONLY_TABLES, TENANT_TABLES, metadata
 from tapgate.adapters.wake.local import LocalWake
 from tapgate.domain.approvals import Decision
+from tapgate.domain.passkeys import Passkey
 from tapgate.domain.principals import TokenKind
 from tapgate.services import accounts, answering, approving, devices, ingesting, invoking, pairings, sessions
 from tapgate.services.approving import DecisionBody
@@ -92,6 +93,10 @@ async def _seed_devices(store: Any, clock: FrozenClock, operator: Any, user: str
         [approval] = await uow.approvals.pending_for(user)
     denied = DecisionBody(Decision.DENIED, not_me=True)
     await approving.decide(ctx, operator, approval.approval_id, denied)
+    async with store.unit_of_work(operator.tenant_id) as uow:  # passkeys (DESIGN §22)
+        uid = enrolled.device.device_uid
+        await uow.passkeys.add(Passkey(operator.tenant_id, "cred-seed", uid, user, "cose", 0, clock.now()))
+        await uow.passkeys.set_required(user, True)
 
 
 @pytest.fixture(scope="module")

@@ -13,6 +13,7 @@ from tapgate.domain.events import Event
 from tapgate.domain.inbox import Approval
 from tapgate.domain.invocations import Invocation
 from tapgate.domain.pairing import Pairing
+from tapgate.domain.passkeys import Passkey, Relying
 from tapgate.domain.policy import PolicySet
 from tapgate.domain.principals import Principal, Scope, TokenKind
 from tapgate.domain.sessions import Session
@@ -29,6 +30,7 @@ from tapgate.services import (
     journal,
     notices,
     pairings,
+    passkeys,
     sessions,
     tools,
 )
@@ -355,7 +357,21 @@ class Gateway:
         return await approving.inbox(self.ctx, caller, wait)
 
     async def decide(self, caller: Principal, approval_id: str, body: DecisionBody) -> Approval:
-        return await approving.decide(self.ctx, caller, approval_id, body)
+        return await approving.decide(self.ctx, caller, approval_id, body, Relying.of(self.public_url))
+
+    # passkeys (DESIGN §22)
+
+    async def passkey_options(self, caller: DeviceCaller) -> dict[str, Any]:
+        return await passkeys.options(self.ctx, Relying.of(self.public_url), caller)
+
+    async def register_passkey(self, caller: DeviceCaller, credential: Mapping[str, Any]) -> Passkey:
+        return await passkeys.register(self.ctx, Relying.of(self.public_url), caller, credential)
+
+    async def list_passkeys(self, caller: DeviceCaller) -> tuple[Sequence[Passkey], bool]:
+        return await passkeys.list_for(self.ctx, caller)
+
+    async def set_user_verification(self, caller: Principal, user_id: str, required: bool | None) -> None:
+        await passkeys.set_required(self.ctx, caller, user_id, required)
 
     # ingest
 
