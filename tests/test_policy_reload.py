@@ -11,11 +11,12 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import httpx
+import pytest
 
 from tapgate.adapters.store.migrate import migrate
 from tapgate.config import Settings
 from tests.agents import Home
-from tests.conftest import asgi_client, blocking
+from tests.conftest import PostgresDatabase, asgi_client, blocking
 from tests.live import Server, write_config
 from tests.world import LAMP, World, bearer, device_body
 
@@ -192,3 +193,47 @@ async def _drive_a_live_server(server: Server, url: str, path: Path) -> None:
     assert server.process.poll() is None  # SIGHUP did not end the server
     log = [line for line in server.logs().splitlines() if "policies not reloaded" in line]
     assert len(log) == 1 and "line 5: decision: 'nope' is not a decision" in log[0]
+
+
+@pytest.mark.postgres
+def test_each_of_two_gateway_processes_reloads_the_changed_file(
+    postgres: PostgresDatabase, tmp_path: Path
+) -> None:
+    path = tmp_path / "policies.yaml"
+    path.write_text(_rules("Locked AAAA"))
+    config = write_config(tmp_path, postgres.app_url, policies_file="policies.yaml")
+    first = Server(config).start()
+    second = Server(config).start()
+    try:
+        blocking(_both_reload(first, second, postgres.app_url, path))
+    finally:
+        first.stop()
+        second.stop()
+
+
+async def _both_reload(first: Server, second: Server, url: str, path: Path) -> None:
+    async with (
+        httpx.AsyncClient(base_url=first.url, timeout=30) as one,
+        httpx.AsyncClient(base_url=second.url, timeout=30) as two,
+    ):
+        home = await Home(first.url, one).build(url)
+
+        async def reason(client: httpx.AsyncClient) -> str:
+            r = await client.post(
+                "/v1/invocations",
+                json={"tool": "device__front_door__unlock", "arguments": {}},
+                headers=bearer(home.agent),
+            )
+            return str(r.json()["reason"])
+
+        assert "AAAA" in await reason(one) and "AAAA" in await reason(two)
+        _replace(path, _rules("Locked on both"))
+
+        async def both() -> bool:
+            return "on both" in await reason(one) and "on both" in await reason(two)
+
+        await _eventually(both, "both processes on the new rules")
+        r = await one.get("/v1/audit?limit=1000", headers=bearer(home.operator))
+        reloads = [e for e in r.json()["entries"] if e["action"] == "policy.reloaded"]
+        sha = hashlib.sha256(_rules("Locked on both").encode()).hexdigest()
+        assert [e["data"]["sha256"] for e in reloads] == [sha, sha]  # one entry from each process
