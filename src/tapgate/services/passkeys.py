@@ -24,7 +24,7 @@ from tapgate.domain.passkeys import (
     verify_assertion,
     verify_registration,
 )
-from tapgate.domain.principals import Principal, TokenKind
+from tapgate.domain.principals import Principal, Scope, TokenKind
 from tapgate.ports import UnitOfWork
 from tapgate.services.context import Context
 from tapgate.services.devices import DeviceCaller
@@ -34,6 +34,7 @@ PASSKEY = "passkey"
 
 async def options(ctx: Context, relying: Relying, caller: DeviceCaller) -> dict[str, Any]:
     """What the browser app passes to ``navigator.credentials.create``."""
+    caller.principal.require(TokenKind.DEVICE, scope=Scope.DEVICE_READ)
     device = caller.device
     async with ctx.store.unit_of_work(caller.principal.tenant_id) as uow:
         existing = [p.credential_id for p in await uow.passkeys.for_device(device.device_uid)]
@@ -45,6 +46,7 @@ async def register(
     ctx: Context, relying: Relying, caller: DeviceCaller, credential: Mapping[str, Any]
 ) -> Passkey:
     """Verify and keep the device's new credential. Raises InvalidInput, Conflict."""
+    caller.principal.require(TokenKind.DEVICE, scope=Scope.DEVICE_WRITE)
     device = caller.device
     verified = verify_registration(relying, device.tenant_id, device.device_uid, dict(credential))
     now = ctx.clock.now()
@@ -73,6 +75,7 @@ async def register(
 
 async def list_for(ctx: Context, caller: DeviceCaller) -> tuple[Sequence[Passkey], bool]:
     """The device's credentials, and whether its user's decisions need one."""
+    caller.principal.require(TokenKind.DEVICE, scope=Scope.DEVICE_READ)
     device = caller.device
     async with ctx.store.unit_of_work(device.tenant_id) as uow:
         found = await uow.passkeys.for_device(device.device_uid)
