@@ -7,6 +7,9 @@ from pathlib import Path
 
 import httpx
 import pytest
+import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tapgate.config import Settings
 from tapgate.domain.policy import PolicyRequest, Verdict, decide, parse_policies
@@ -14,6 +17,7 @@ from tapgate.domain.policy_check import check_policies
 from tapgate.domain.policy_explain import explain
 from tests.conftest import asgi_client
 from tests.live import tapgate, write_config
+from tests.test_policy import policy_file, profiles, requests, rules
 from tests.world import LAMP, THERMOMETER, World, bearer, device_body
 
 LAMP_CALL = PolicyRequest(
@@ -324,3 +328,36 @@ async def test_policy_explain_reads_the_live_database_and_creates_nothing(tmp_pa
     assert unknown.returncode == 1 and "has no user 'bo'" in unknown.stderr
     # creating nothing: the journal (where every write leaves an entry) ends where it did, bar the grant
     assert [e["action"] for e in after[len(before) :]] == ["grants.changed"]
+
+
+# --- properties over generated files and calls -----------------------------------------------------------
+
+
+@settings(deadline=None)
+@given(st.lists(rules, min_size=1, max_size=6), profiles, requests)
+def test_explain_agrees_with_decide_and_with_each_rules_own_test(
+    rule_list: list[dict[str, str]], profile: dict[str, str], the_call: PolicyRequest
+) -> None:
+    policies = policy_file(rule_list, profile)
+    explained = explain(policies, the_call)
+    assert explained.decision == decide(policies, the_call)
+    by_name = {c.rule: c for c in explained.considered}
+    for rule in policies.rules:
+        assert by_name[rule.name].matched == rule.applies_to(the_call)
+
+
+@settings(deadline=None)
+@given(st.lists(rules, min_size=1, max_size=6), st.lists(requests, min_size=1, max_size=8))
+def test_a_rule_that_check_warns_about_never_decides_a_call(
+    rule_list: list[dict[str, str]], calls: list[PolicyRequest]
+) -> None:
+    policies = policy_file(rule_list)
+    text = yaml.safe_dump(
+        {"version": 1, "policies": [{"name": f"rule-{i}", **rule} for i, rule in enumerate(rule_list)]}
+    )
+    lines = {rule.line: rule for rule in policies.rules}
+    warned = [lines[p.line] for p in check_policies(text) if p.warning]
+    for rule in warned:
+        for the_call in calls:
+            decided = decide(policies, the_call)
+            assert (decided.rule, decided.line) != (rule.name, rule.line)
