@@ -210,3 +210,35 @@ async def test_a_browser_without_a_platform_authenticator_says_so_and_what_to_do
     assert (await home.view(call["id"]))["status"] == "awaiting_approval"
     assert phone.problems == []
     await phone.context.close()
+
+
+async def test_a_new_passkey_can_be_set_up_later_from_this_devices_settings(
+    browser: Browser, home: Home
+) -> None:
+    from playwright.async_api import expect
+
+    phone, cdp, authenticator_id = await _phone(browser, home)
+    await pair(phone)
+    await phone.page.click("#passkey-button")
+    await expect(phone.page.locator("#passkey-offer")).to_be_hidden(timeout=WAIT_MS)
+    await phone.page.click("details.about summary")
+    again, state = phone.page.locator("#passkey-again"), phone.page.locator("#passkey-again-state")
+    await again.click()  # the phone holds it already: nothing to do
+    await expect(state).to_contain_text("already holds this device's passkey", timeout=WAIT_MS)
+    # The passkey is deleted from the phone (a reset, a new screen lock): set up a new one from settings.
+    [old] = (await cdp.send("WebAuthn.getCredentials", {"authenticatorId": authenticator_id}))["credentials"]
+    await cdp.send(
+        "WebAuthn.removeCredential",
+        {"authenticatorId": authenticator_id, "credentialId": old["credentialId"]},
+    )
+    await again.click()
+    await expect(state).to_have_text("A new passkey is set up; your answers now use it.", timeout=WAIT_MS)
+    assert len(await _device_passkeys(home, phone)) == 2
+    call, card = await _waiting_card(home, phone)
+    await card.locator(".confirm").click()
+    await expect(card).to_have_count(0, timeout=WAIT_MS)
+    assert (await home.view(call["id"]))["status"] == "pending"
+    decided = [e for e in await home.audit() if e["action"] == "approval.decided"]
+    assert decided[-1]["data"]["verified_by"] == "passkey"
+    assert phone.problems == []
+    await phone.context.close()

@@ -329,11 +329,34 @@ function showAbout() {
 async function offerPasskey() {
   const offer = $("passkey-offer");
   offer.hidden = Boolean(device.passkey);
+  $("passkey-again").hidden = !device.passkey;
   if (device.passkey) return;
   const support = await passkeySupport();
   const button = $("passkey-button");
   button.hidden = support !== "yes";
   $("passkey-state").textContent = support === "yes" ? "" : support;
+}
+
+/** From "This device": a new passkey for this device (after the old one was deleted from the phone, or a
+ * new phone lock), kept beside the old one at the gateway. */
+async function onSetUpPasskeyAgain() {
+  const button = $("passkey-again");
+  const state = $("passkey-again-state");
+  button.disabled = true;
+  state.textContent = "Waiting for your face, fingerprint or screen lock…";
+  try {
+    const holder = device;
+    holder.passkey = await registerPasskey(holder);
+    await saveDevice(holder);
+    state.textContent = "A new passkey is set up; your answers now use it.";
+  } catch (error) {
+    state.textContent =
+      error.message.includes("InvalidStateError")
+        ? "This phone already holds this device's passkey; there is nothing to set up again."
+        : error.message;
+  } finally {
+    button.disabled = false;
+  }
 }
 
 async function onSetUpPasskey() {
@@ -348,6 +371,7 @@ async function onSetUpPasskey() {
     await saveDevice(holder);
     state.textContent = "";
     $("passkey-offer").hidden = true;
+    $("passkey-again").hidden = false;
     remember("Passkey set up: your answers now need your face, fingerprint or screen lock", "done");
     showAbout();
   } catch (error) {
@@ -747,6 +771,7 @@ async function decide(approval, entry, decision, notMe) {
 
 $("pair-form").addEventListener("submit", onPair);
 $("passkey-button").addEventListener("click", onSetUpPasskey);
+$("passkey-again").addEventListener("click", onSetUpPasskeyAgain);
 $("pair-keep").addEventListener("click", () => {
   pairing = null;
   if (!device || device.status !== "active") return;
