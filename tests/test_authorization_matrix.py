@@ -19,6 +19,7 @@ import pytest
 from tapgate.config import Settings
 from tapgate.domain.approvals import sign_decision, signed_text
 from tests.conftest import asgi_client
+from tests.passkey_authenticator import SoftAuthenticator
 from tests.reliability import report
 from tests.world import LAMP, Key, World, bearer, device_body, new_key
 
@@ -135,6 +136,10 @@ RULES: dict[tuple[str, str], Rule] = {
     ("POST", "/v1/approvals/{approval_id}"): Rule(
         {"operator": None, "user": "approve", "device": None}, of_ana=True, foreign="approval_id"
     ),
+    ("GET", "/v1/device/passkeys/options"): Rule(DEVICE_READ),
+    ("GET", "/v1/device/passkeys"): Rule(DEVICE_READ),
+    ("POST", "/v1/device/passkeys"): Rule(DEVICE_WRITE),
+    ("PUT", "/v1/users/{user_id}/user-verification"): Rule(OPERATOR, of_ana=True, foreign="user_id"),
 }
 
 
@@ -274,6 +279,14 @@ class Matrix:
                 "globex" if caller.owner == "tom" else "acme", ""
             )
             path = path.replace("{sign_in_id}", sign_in.sign_in_id)
+        elif template == "/v1/users/{user_id}/user-verification":
+            body = {"require_user_verification": None}
+        elif method == "POST" and template == "/v1/device/passkeys":
+            body = {"credential": {}}
+            if caller.kind == "device" and caller.valid:
+                options = (await self.send("GET", "/v1/device/passkeys/options", None, caller))[1]
+                authenticator = SoftAuthenticator(options["rp"]["id"], "http://127.0.0.1:8080")
+                body = {"credential": authenticator.register(options["challenge"])}
         elif template == "/v1/approvals/{approval_id}":
             approval = await self.approval()
             path, body = path.replace("{approval_id}", approval["id"]), {"decision": "approved"}

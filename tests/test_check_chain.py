@@ -304,7 +304,7 @@ async def test_a_policy_file_blocks_and_its_message_reaches_the_agent(
             json={"tool": "device__desk_lamp__set_light", "arguments": {"on": True}},
             headers=bearer(agent),
         )
-        assert r.json()["reason"] == "[policy] Not the lamp"
+        assert r.json()["reason"] == "[policy] Not the lamp (rule 'no-lamp-at-night', line 3)"
 
 
 def test_a_policy_file_that_does_not_parse_stops_the_server_with_its_line(tmp_path: Path) -> None:

@@ -156,3 +156,4 @@ def test_the_demo_runs_to_its_end() -> None:
     run = tapgate("demo")
     assert run.returncode == 0, run.stdout + run.stderr
     assert "Every step did what it says." in run.stdout
+    assert "require_user_verification" in run.stdout  # the story mentions passkeys (DESIGN §22)

@@ -100,7 +100,8 @@ async def test_a_refusal_is_an_invocation_with_its_reason_not_an_exception(tapga
     blocked = await tapgate.invoke("device__front_door__unlock", {})
     shadow = await tapgate.invoke("device__desk_lamp__set_light", {"on": True}, shadow=True)
 
-    assert blocked.status == "refused" and blocked.reason == "[policy] Doors stay locked from here"
+    assert blocked.status == "refused"
+    assert blocked.reason == "[policy] Doors stay locked from here (rule 'doors-stay-locked', line 3)"
     assert shadow.status == "refused" and shadow.reason is not None and shadow.reason.startswith("[policy]")
     assert blocked.result is None
 

@@ -127,7 +127,8 @@ async def test_refused_calls_are_errors_with_the_reason_the_model_reads_and_reac
             unknown = await session.call_tool("device__garage__open", {})
             bad_result_call = await session.call_tool("tapgate_result", {"wait": 5})
 
-    assert blocked.is_error and text_of(blocked) == "[policy] Doors stay locked from here"
+    assert blocked.is_error
+    assert text_of(blocked) == "[policy] Doors stay locked from here (rule 'doors-stay-locked', line 3)"
     assert ungranted.is_error and text_of(ungranted).startswith(
         "[deny] the person has not granted read_temperature"
     )

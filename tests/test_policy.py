@@ -90,12 +90,21 @@ CONDITIONS = [
     ("agentId in ['night bot', gpt]", {"agent_id": "night"}, False),
     ('agentId in ["a, b", c]', {"agent_id": "a, b"}, True),
     ('agentId in ["a, b", c]', {"agent_id": "a"}, False),
-    # matches: a Python regular expression over the whole value
+    # matches: a Python regular expression found anywhere in the value; ^ and $ anchor it
     ("tool matches 'device__.*__set_light'", {}, True),
-    ("tool matches set_light", {}, False),
+    ("tool matches set_light", {}, True),
+    ("tool matches ^set_light", {}, False),
+    ("tool matches ^device__desk_", {}, True),
+    ("tool matches ^device__shed_", {}, False),
+    ("tool matches set_light$", {}, True),
+    ("tool matches set_$", {}, False),
     ("tool matches .*set_light", {}, True),
+    ("deviceId matches ^desk-lamp$", {}, True),
+    ("deviceId matches ^desk-lamp$", {"device_id": "desk-lamp-2"}, False),
+    ("deviceId matches ^desk$", {}, False),
     ("deviceId matches [a-z]+-lamp", {}, True),
     ("deviceId matches [a-z]+-lamp", {"device_id": "lamp-2"}, False),
+    ("deviceId matches ^[a-z]+-lamp$", {"device_id": "desk-lamp-2"}, False),
     ("agentId matches '(?i)CLAUDE|gpt'", {}, True),
     ("agentId matches 'night bot'", {"agent_id": "night bot"}, True),
     # quoting: single or double quotes hold spaces and the other quote; '' is a missing field
@@ -315,18 +324,28 @@ def test_a_call_gets_the_strictest_of_its_rules_and_profile_entry(
 
 @pytest.mark.parametrize("order", list(itertools.permutations([ALLOW_LAMP, ASK_LAMP, BLOCK_LAMP])))
 def test_block_beats_ask_beats_allow_in_any_order(order: tuple[str, ...]) -> None:
-    decision = decide(load("policies:" + "".join(order)), call())
-    assert decision == PolicyDecision(Verdict.BLOCK, "No lamps tonight", "block-lamp")
+    body = "policies:" + "".join(order)
+    decision = decide(load(body), call())
+    line = 2 + body.splitlines().index("  - name: block-lamp")
+    assert decision == PolicyDecision(
+        Verdict.BLOCK, f"No lamps tonight (rule 'block-lamp', line {line})", "block-lamp", line
+    )
 
 
-def test_a_block_says_the_rules_message_or_names_the_rule() -> None:
-    assert decide(load("policies:" + BLOCK_LAMP), call()).reason == "No lamps tonight"
-    assert decide(load("policies:" + BLOCK_SMS), call(SMS)).reason == "the rule 'block-sms' blocks this call"
+def test_a_block_says_the_rules_message_or_names_the_rule_with_its_line() -> None:
+    lamp = decide(load("policies:" + BLOCK_LAMP), call())
+    assert lamp.reason == "No lamps tonight (rule 'block-lamp', line 3)"
+    assert (
+        decide(load("policies:" + BLOCK_SMS), call(SMS)).reason
+        == "the rule 'block-sms' (line 3) blocks this call"
+    )
 
 
 def test_an_ask_carries_the_rules_message() -> None:
     policies = load("policies:" + ASK_LAMP + "    message: Lamp actions need a yes\n")
-    assert decide(policies, call()) == PolicyDecision(Verdict.ASK, "Lamp actions need a yes", "ask-lamp")
+    assert decide(policies, call()) == PolicyDecision(
+        Verdict.ASK, "Lamp actions need a yes (rule 'ask-lamp', line 3)", "ask-lamp", 3
+    )
 
 
 def test_a_policy_set_without_a_file_has_no_rules_and_the_default_profile() -> None:

@@ -146,9 +146,11 @@ def build_gateway(
     store: Store | None = None,
     clock: Clock | None = None,
     push: PushSender | None = None,
+    reload_on_sighup: bool = False,
 ) -> Gateway:
     """The gateway the settings describe. ``store``, ``clock`` and ``push`` replace the adapters the
-    settings would choose (tests inject fakes; ``push`` stands for every push sender)."""
+    settings would choose (tests inject fakes; ``push`` stands for every push sender). The policies file
+    is watched for changes; ``reload_on_sighup`` (the server process) also reloads it on SIGHUP."""
     clock = clock or SystemClock()
     background: list[Background] = []
     if store is None:
@@ -178,6 +180,8 @@ def build_gateway(
         policies=load_policies(settings),
         background=background,
         push=push,
+        policies_file=settings.policies_file,
+        reload_on_sighup=reload_on_sighup,
     )
 
 
@@ -189,10 +193,14 @@ def web_push_key(settings: Settings) -> str | None:
 
 
 def build_app(
-    settings: Settings, store: Store | None = None, clock: Clock | None = None, push: PushSender | None = None
+    settings: Settings,
+    store: Store | None = None,
+    clock: Clock | None = None,
+    push: PushSender | None = None,
+    reload_on_sighup: bool = False,
 ) -> FastAPI:
     return create_app(
-        build_gateway(settings, store, clock, push),
+        build_gateway(settings, store, clock, push, reload_on_sighup),
         max_body_bytes=settings.max_body_bytes,
         mcp_wait=settings.mcp_wait_seconds,
         web_push_key=web_push_key(settings),
@@ -224,4 +232,4 @@ def app_from_environment() -> FastAPI:
             "max_body_bytes": settings.max_body_bytes,
         },
     )
-    return build_app(settings)
+    return build_app(settings, reload_on_sighup=True)

@@ -42,9 +42,11 @@ app = typer.Typer(
 tenant_app = typer.Typer(help="Tenants: one deployment's customers.", no_args_is_help=True)
 token_app = typer.Typer(help="Tokens for operators, users and agents.", no_args_is_help=True)
 audit_app = typer.Typer(help="The audit journal.", no_args_is_help=True)
+policy_app = typer.Typer(help="The policies file: check it, explain a verdict.", no_args_is_help=True)
 app.add_typer(tenant_app, name="tenant")
 app.add_typer(token_app, name="token")
 app.add_typer(audit_app, name="audit")
+app.add_typer(policy_app, name="policy")
 app.add_typer(device_app, name="device")
 app.add_typer(console_app, name="console")
 
@@ -647,6 +649,99 @@ def bench(
 
 
 register_operator_commands(app, device_app)
+
+
+@policy_app.command("check")
+def policy_check(
+    file: Annotated[
+        Path | None, typer.Argument(help="The policies file (default: policies_file of the settings).")
+    ] = None,
+    config: ConfigOption = None,
+) -> None:
+    """Print each problem of a policies file as FILE:LINE: reason; exit 1 if there is any."""
+    from tapgate.domain.policy import parse_policies_reporting
+    from tapgate.domain.policy_check import check_policies
+
+    if file is None:
+        configured = _settings(config).policies_file
+        if not configured:
+            typer.echo("No file given and the settings name no policies_file: pass the file.", err=True)
+            raise typer.Exit(2)
+        file = Path(configured)
+    try:
+        text = file.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise fail(f"{file} cannot be read: {getattr(e, 'strerror', None) or 'not UTF-8 text'}.") from None
+    problems = check_policies(text, source=str(file))
+    for problem in problems:
+        typer.echo(problem.render(str(file)))
+    if problems:
+        errors = sum(not p.warning for p in problems)
+        warnings = len(problems) - errors
+        typer.echo(f"{file}: {_count(errors, 'error')}, {_count(warnings, 'warning')}.", err=True)
+        raise typer.Exit(1)
+    rules = len(parse_policies_reporting(text, str(file))[0].rules)
+    typer.echo(f"{file}: {_count(rules, 'rule')}, no problems.")
+
+
+def _count(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+@policy_app.command("explain")
+def policy_explain(
+    tenant: Annotated[str, typer.Option(help="The tenant.")],
+    user: Annotated[str, typer.Option(help="The user the agent acts for.")],
+    tool: Annotated[str, typer.Option(help="The tool, like device__desk_lamp__set_light or phone_action.")],
+    origin: Annotated[str, typer.Option(help="owner or untrusted.")] = "owner",
+    session_kind: Annotated[
+        str, typer.Option(help="chat, schedule, subagent or triage (default: no session).")
+    ] = "",
+    agent: Annotated[str, typer.Option(help="The agent's id.")] = "",
+    config: ConfigOption = None,
+) -> None:
+    """Show the verdict the rules in force give a call, the rule that decides and every rule considered,
+    read from the live database; creates nothing."""
+    settings = _settings(config)
+
+    async def work() -> list[str]:
+        from tapgate.bootstrap import build_gateway
+
+        try:
+            gateway = build_gateway(settings)
+        except ConfigurationError as e:
+            raise fail(str(e)) from None
+        try:
+            explained = await gateway.explain_policy(tenant, user, tool, origin, session_kind, agent)
+        finally:
+            await gateway.close()
+        return _explained_lines(explained)
+
+    for line in _run(work):
+        typer.echo(line)
+
+
+def _explained_lines(explained: Any) -> list[str]:
+    if explained.explanation is None:
+        return [f"verdict: refused before policy: {explained.refused}"]
+    request, decision = explained.request, explained.explanation.decision
+    by = f"{decision.rule} (line {decision.line})" if decision.line else decision.rule
+    lines = [
+        f"verdict: {decision.verdict.value} \u2014 {decision.reason}",
+        f"decided by: {by}",
+        f"call: tool={request.tool} deviceId={request.device_id} capability={request.capability} "
+        f"capabilityKind={request.capability_kind} agentId={request.agent_id!r} "
+        f"sessionKind={request.session_kind!r} origin={request.origin}",
+        "rules considered:",
+    ]
+    if not explained.explanation.considered:
+        lines.append("  (none: the file has no rule for this action and the profile no entry for this call)")
+    for c in explained.explanation.considered:
+        where = f"line {c.line}" if c.line else "profile"
+        lines.append(
+            f"  {where:<9} {c.rule:<24} {c.decision:<16} {'matched' if c.matched else 'no match'}: {c.why}"
+        )
+    return lines
 
 
 def main() -> None:

@@ -117,6 +117,7 @@ class Settings(BaseSettings):
     triage_idle_seconds: int = Field(3600, ge=60, le=7 * 86_400)
     not_me_cooldown_seconds: int = Field(1200, ge=0, le=7 * 86_400)
     require_device_signature: bool = False
+    require_user_verification: bool = False
     notice_text: bool = False
     relay_secret: str = ""
     push_relays: dict[str, str] = Field(default_factory=dict)

@@ -292,6 +292,11 @@ def run_demo(keep: bool = False) -> int:
         else:
             shutil.rmtree(folder, ignore_errors=True)
     console.print("[bold green]Every step did what it says.[/bold green]")
+    console.print(
+        "[dim]One step further: with require_user_verification = true, each yes or no from the browser "
+        "app also needs the person's passkey (face, fingerprint or screen lock), not only the phone's "
+        "key (docs/browser-app.md).[/dim]"
+    )
     return 0
 
 

@@ -15,6 +15,7 @@ from tapgate.domain.events import Event
 from tapgate.domain.inbox import Approval
 from tapgate.domain.invocations import Invocation
 from tapgate.domain.pairing import Pairing
+from tapgate.domain.passkeys import Passkey, Relying
 from tapgate.domain.policy import PolicySet
 from tapgate.domain.principals import Principal, Scope, TokenKind
 from tapgate.domain.sessions import Session
@@ -32,6 +33,7 @@ from tapgate.services import (
     journal,
     notices,
     pairings,
+    passkeys,
     sessions,
     tokens,
     tools,
@@ -47,6 +49,8 @@ from tapgate.services.invoking import Call, View
 from tapgate.services.links import LiveLinks
 from tapgate.services.outbox import PushStats
 from tapgate.services.pairings import Claimed
+from tapgate.services.policy_explain import Explained, explain_call
+from tapgate.services.policy_reload import PolicyReloader
 from tapgate.services.push_worker import PushWorker
 from tapgate.services.retention import Pruned, RetentionSweeper, prune
 from tapgate.services.usage import UsageRecorder
@@ -77,8 +81,12 @@ class Gateway:
         background: Sequence[Background] = (),
         sweep_seconds: float = 1.0,
         push: PushSender | None = None,
+        policies_file: str = "",
+        reload_on_sighup: bool = False,
     ) -> None:
-        """``push`` sends the outbox's rows; with the device channel off no worker runs (gate G12)."""
+        """``push`` sends the outbox's rows; with the device channel off no worker runs (gate G12).
+        ``policies_file`` (the file ``policies`` came from) is watched and reloaded when it changes, and
+        on SIGHUP with ``reload_on_sighup``."""
         self.ctx = Context(store, clock, wake, limits or Limits(), policies or PolicySet(), device_channel)
         self.public_url = public_url
         self._auth = AuthCache(lambda: clock.now().timestamp())
@@ -86,6 +94,11 @@ class Gateway:
         self._usage = UsageRecorder(store, clock)
         self._retention = RetentionSweeper(self.ctx)
         self._background = list(background)
+        self.policy_reloader = (
+            PolicyReloader(self.ctx, policies_file, sighup=reload_on_sighup) if policies_file else None
+        )
+        if self.policy_reloader is not None:
+            self._background.append(self.policy_reloader)
         self._sweeper = Sweeper(self.ctx, sweep_seconds)
         self.links = LiveLinks(self.ctx)  # the device links this process holds, renewed in batches
         self._pusher = PushWorker(self.ctx, push) if device_channel and push is not None else None
@@ -206,6 +219,21 @@ class Gateway:
             require_device_signature,
             expires_in_seconds,
         )
+
+    # policy
+
+    async def explain_policy(
+        self,
+        tenant_id: str,
+        user_id: str,
+        tool: str,
+        origin: str = "owner",
+        session_kind: str = "",
+        agent_id: str = "",
+    ) -> Explained:
+        """The verdict the rules in force give a call, and why, read from the live database; writes
+        nothing. For the operator's command line (``tapgate policy explain``)."""
+        return await explain_call(self.ctx, tenant_id, user_id, tool, origin, session_kind, agent_id)
 
     # the audit journal
 
@@ -390,7 +418,21 @@ class Gateway:
         return await approving.inbox(self.ctx, caller, wait)
 
     async def decide(self, caller: Principal, approval_id: str, body: DecisionBody) -> Approval:
-        return await approving.decide(self.ctx, caller, approval_id, body)
+        return await approving.decide(self.ctx, caller, approval_id, body, Relying.of(self.public_url))
+
+    # passkeys (DESIGN §22)
+
+    async def passkey_options(self, caller: DeviceCaller) -> dict[str, Any]:
+        return await passkeys.options(self.ctx, Relying.of(self.public_url), caller)
+
+    async def register_passkey(self, caller: DeviceCaller, credential: Mapping[str, Any]) -> Passkey:
+        return await passkeys.register(self.ctx, Relying.of(self.public_url), caller, credential)
+
+    async def list_passkeys(self, caller: DeviceCaller) -> tuple[Sequence[Passkey], bool]:
+        return await passkeys.list_for(self.ctx, caller)
+
+    async def set_user_verification(self, caller: Principal, user_id: str, required: bool | None) -> None:
+        await passkeys.set_required(self.ctx, caller, user_id, required)
 
     # ingest
 

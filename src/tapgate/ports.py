@@ -17,6 +17,7 @@ from tapgate.domain.inbox import Approval
 from tapgate.domain.ingest import Receipt, Triage
 from tapgate.domain.invocations import Invocation
 from tapgate.domain.pairing import Pairing
+from tapgate.domain.passkeys import Passkey
 from tapgate.domain.principals import TokenKind
 from tapgate.domain.push import OutboxItem, PushMessage
 from tapgate.domain.sessions import Session
@@ -228,6 +229,25 @@ class ConsoleSessions(Protocol):
         """Revoke a live session; False if it was revoked already or does not exist."""
 
 
+class Passkeys(Protocol):
+    """A device's WebAuthn credentials (DESIGN §22), and each user's own require_user_verification."""
+
+    async def add(self, passkey: Passkey) -> None:
+        """Register it; the same credential id registered again for the same device keeps its row.
+        Raises Conflict when the id belongs to another device."""
+
+    async def get(self, credential_id: str) -> Passkey | None: ...
+
+    async def for_device(self, device_uid: str) -> Sequence[Passkey]: ...
+
+    async def set_sign_count(self, credential_id: str, sign_count: int) -> None: ...
+
+    async def required(self, user_id: str) -> bool | None:
+        """The user's own setting; None: the global one applies."""
+
+    async def set_required(self, user_id: str, required: bool | None) -> None: ...
+
+
 class Ingests(Protocol):
     async def receipt(self, device_uid: str, channel: str, digest: str) -> Receipt | None: ...
 
@@ -305,6 +325,8 @@ class UnitOfWork(Protocol):
     def approvals(self) -> Approvals: ...
     @property
     def pauses(self) -> Pauses: ...
+    @property
+    def passkeys(self) -> Passkeys: ...
     @property
     def ingests(self) -> Ingests: ...
     @property

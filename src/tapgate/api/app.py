@@ -34,6 +34,7 @@ from tapgate.api.routes import (
     link,
     notices,
     pairings,
+    passkeys,
     tokens,
     webapp,
 )
@@ -111,6 +112,7 @@ def create_app(
         app.include_router(device.router, responses=_ERRORS)
         app.include_router(link.router, responses=_ERRORS)
         app.include_router(approvals.router, responses=_ERRORS)
+        app.include_router(passkeys.router, responses=_ERRORS)
         assert mcp is not None
         app.router.routes.append(Route(McpEndpoint.path, McpEndpoint(gateway, mcp), include_in_schema=False))
         app.include_router(webapp.router)

@@ -321,6 +321,9 @@ class DecisionRequest(Request):
     signature: str | None = Field(None, max_length=200)
     message: str | None = Field(None, max_length=500, description="The person's words to the agent")
     not_me: bool = Field(False, description="This wasn't me: decline and pause the agent")
+    passkey: dict[str, Any] | None = Field(
+        None, description="A WebAuthn assertion whose challenge is the SHA-256 of the signed text (§22)"
+    )
 
 
 class DecisionAnswer(BaseModel):

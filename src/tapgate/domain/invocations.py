@@ -78,7 +78,7 @@ class Invocation:
     late_status: str | None = None  # a result that came after expiry, kept as a report
     late_message: str | None = None
     late_at: datetime | None = None
-    reason: str | None = None  # why a call that waited for the person ended refused
+    reason: str | None = None  # why it was refused, or which rule asks the person
     binding_code: str | None = None
     approval_id: str | None = None
 

@@ -25,15 +25,17 @@ every call of its action. Operators:
 
 - ``equals`` / ``not equals`` one value, compared whole;
 - ``in [a, b, 'c d']`` any value of a comma-separated list in brackets;
-- ``matches`` a Python regular expression that must match the whole value (``re.fullmatch``; write
-  ``.*lamp.*`` to find a part). It is compiled when the file loads.
+- ``matches`` a Python regular expression found anywhere in the value (``re.search``, as grep reads
+  it); ``^`` and ``$`` anchor it, so a rule written for whole values is ``^desk-lamp$``. It is compiled
+  when the file loads.
 
 Words and values are case-sensitive. A value holding spaces, commas or brackets is quoted with '…' or
 "…"; there are no escapes inside the quotes. YAML's own double quotes read backslashes, so a regular
 expression goes in YAML single quotes or a block scalar. A field a call does not have (no agent, no
 session) is the empty string, written ``''``. Values of the fields with a known shape (deviceId,
 capability, capabilityKind, sessionKind, tool) are checked when the file loads: a value that could never
-match is refused.
+match is refused (``tapgate policy check`` also warns about a regular expression no such value can meet,
+and about a rule a stricter one always overrides).
 
 Deciding. Strictest wins, block over ask over allow, across every matching rule and the call's profile
 entry; between equals the first rule in the file decides, and a rule over the profile. With nothing
@@ -43,6 +45,7 @@ call is consequential when it moves something (an ``actuator``) or sends a messa
 stays a block.
 
 Every problem in the file raises PolicyFileError, whose message names the source, the line and the reason.
+Every decision names its rule, by name and line, in what the agent reads and in the journal.
 """
 
 from __future__ import annotations
@@ -84,6 +87,8 @@ __all__ = [
     "Verdict",
     "decide",
     "parse_policies",
+    "parse_policies_reporting",
+    "strictness",
 ]
 
 DEVICE_USE = "device_use"
@@ -212,6 +217,7 @@ class PolicyDecision:
     verdict: Verdict
     reason: str
     rule: str  # the rule's name, ``profile:<key>``, or ``tapgate:…`` for tapgate's own decisions
+    line: int = 0  # the rule's line in the file; 0 for the profile and tapgate's own decisions
 
 
 @dataclass(frozen=True, slots=True)
@@ -242,16 +248,24 @@ class PolicyRule:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "applies_to", _compile(self.condition))
-        object.__setattr__(self, "outcome", PolicyDecision(self.decision, self._reason(), self.name))
+        object.__setattr__(
+            self, "outcome", PolicyDecision(self.decision, self._reason(), self.name, self.line)
+        )
+
+    @property
+    def cited(self) -> str:
+        """How a reason names this rule: ``'name' (line 7)``."""
+        return f"'{self.name}' (line {self.line})" if self.line else f"'{self.name}'"
 
     def _reason(self) -> str:
         if self.message:
-            return self.message
+            where = f", line {self.line}" if self.line else ""
+            return f"{self.message} (rule '{self.name}'{where})"
         if self.decision is Verdict.BLOCK:
-            return f"the rule '{self.name}' blocks this call"
+            return f"the rule {self.cited} blocks this call"
         if self.decision is Verdict.ASK:
-            return f"the rule '{self.name}' asks the person first"
-        return f"the rule '{self.name}' allows this call"
+            return f"the rule {self.cited} asks the person first"
+        return f"the rule {self.cited} allows this call"
 
 
 @dataclass(frozen=True, slots=True)
@@ -356,8 +370,8 @@ def _test(comparison: Comparison) -> _Test:
     read: Callable[[PolicyRequest], str] = attrgetter(FIELDS[comparison.field])
     value = comparison.value
     if isinstance(value, re.Pattern):
-        fullmatch = value.fullmatch
-        return lambda r: fullmatch(read(r)) is not None
+        search = value.search
+        return lambda r: search(read(r)) is not None
     if isinstance(value, frozenset):
         return lambda r: read(r) in value
     if comparison.operator is Operator.NOT_EQUALS:
@@ -421,6 +435,32 @@ class _Reader:
 
 def parse_policies(text: str, source: str = "policies.yaml") -> PolicySet:
     """Load a policies file. Raises PolicyFileError naming ``source``, the line and the reason."""
+    return _load(text, source, None)
+
+
+def parse_policies_reporting(
+    text: str, source: str = "policies.yaml"
+) -> tuple[PolicySet, list[PolicyFileError]]:
+    """The rules that parse and every broken rule or profile entry. Raises PolicyFileError when the file
+    as a whole cannot be read (not YAML, no version, not a mapping)."""
+    problems: list[PolicyFileError] = []
+    return _load(text, source, problems), problems
+
+
+def strictness(verdict: Verdict) -> int:
+    """0 for allow, 1 for ask, 2 for block."""
+    return _STRICTNESS[verdict]
+
+
+def _load(text: str, source: str, problems: list[PolicyFileError] | None) -> PolicySet:
+    """The file's rules. With ``problems`` given, a broken profile entry or rule is added to it and
+    skipped, so one reading reports each of them; a broken file as a whole still raises."""
+
+    def keep_going(error: PolicyFileError) -> None:
+        if problems is None:
+            raise error
+        problems.append(error)
+
     try:
         root = yaml.compose(text, Loader=yaml.SafeLoader)
     except yaml.MarkedYAMLError as error:
@@ -447,13 +487,16 @@ def parse_policies(text: str, source: str = "policies.yaml") -> PolicySet:
     profile_node = top.get("profile")
     if profile_node is not None and profile_node.tag != _NULL:
         for key, value in reader.mapping(profile_node, "profile", None).items():
-            if not (_is_capability(key) or _is_tool(key)):
-                reader.fail(
-                    value,
-                    f"profile: {key!r} is neither a capability name (sms_send) nor a tool name "
-                    "(device__desk_lamp__set_light, phone_action)",
-                )
-            profile[key] = reader.decision(value, f"profile: {key}")
+            try:
+                if not (_is_capability(key) or _is_tool(key)):
+                    reader.fail(
+                        value,
+                        f"profile: {key!r} is neither a capability name (sms_send) nor a tool name "
+                        "(device__desk_lamp__set_light, phone_action)",
+                    )
+                profile[key] = reader.decision(value, f"profile: {key}")
+            except PolicyFileError as error:
+                keep_going(error)
     rules: list[PolicyRule] = []
     policies_node = top.get("policies")
     if policies_node is not None and policies_node.tag != _NULL:
@@ -461,9 +504,13 @@ def parse_policies(text: str, source: str = "policies.yaml") -> PolicySet:
             reader.fail(policies_node, "policies must be a list of rules, each starting with '- name:'")
         names: dict[str, int] = {}
         for node in policies_node.value:
-            rule = _rule(reader, node)
-            if rule.name in names:
-                reader.fail(node, f"name: {rule.name!r} is used twice (first on line {names[rule.name]})")
+            try:
+                rule = _rule(reader, node)
+                if rule.name in names:
+                    reader.fail(node, f"name: {rule.name!r} is used twice (first on line {names[rule.name]})")
+            except PolicyFileError as error:
+                keep_going(error)
+                continue
             names[rule.name] = rule.line
             rules.append(rule)
     return PolicySet(tuple(rules), MappingProxyType(profile))

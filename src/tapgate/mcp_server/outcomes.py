@@ -47,7 +47,8 @@ def describe(call: Invocation) -> str:
         return call.reason or f"[deny] the call was {call.status}"
     if call.status == "awaiting_approval":
         return (
-            f"The person is asked to approve this on their device; the card shows the code "
+            (f"{call.reason}. " if call.reason else "")
+            + f"The person is asked to approve this on their device; the card shows the code "
             f"{call.binding_code}. Tell them the code so they can match the card. The call is still open "
             f"(invocation {call.id}). {later(call)}"
         )

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
+from typing import Any
 
 from tapgate import faults
 from tapgate.domain.approvals import Decision, SignatureRefused, signed_text, verify_decision
@@ -22,16 +23,18 @@ from tapgate.domain.errors import Conflict, Forbidden, Gone, InvalidInput, NotFo
 from tapgate.domain.events import APPROVAL_DECIDED
 from tapgate.domain.inbox import Approval, ApprovalStatus
 from tapgate.domain.invocations import Invocation, Status
+from tapgate.domain.passkeys import Relying
 from tapgate.domain.principals import Principal, Scope, TokenKind
 from tapgate.domain.text import check_display_text
 from tapgate.domain.vouching import DEVICE_PAIR
 from tapgate.ports import UnitOfWork
-from tapgate.services import console
+from tapgate.services import console, passkeys
 from tapgate.services.context import Context, events_key, inbox_key, invocation_key, wait_slice
 from tapgate.services.invoking import announce, deliver, timeout_for
 from tapgate.services.vouched import vouched
 
 MESSAGE_MAX = 500
+_NO_RP = Relying.of("http://127.0.0.1:8080")
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +44,7 @@ class DecisionBody:
     signature: str | None = None
     message: str | None = None
     not_me: bool = False
+    passkey: Mapping[str, Any] | None = None  # a WebAuthn assertion over the signed text (DESIGN §22)
 
 
 def _user_of(caller: Principal) -> str:
@@ -74,7 +78,9 @@ async def inbox(ctx: Context, caller: Principal, wait: float = 0) -> Sequence[Ap
                 await asyncio.wait_for(woken.wait(), timeout=wait_slice(ctx, left))
 
 
-async def decide(ctx: Context, caller: Principal, approval_id: str, body: DecisionBody) -> Approval:
+async def decide(
+    ctx: Context, caller: Principal, approval_id: str, body: DecisionBody, relying: Relying | None = None
+) -> Approval:
     """Decide an approval. Raises NotFound, Conflict (decided already), Gone (its window passed),
     Forbidden / SignatureRefused (403: the approval stays pending), InvalidInput."""
     user_id = _user_of(caller)
@@ -102,6 +108,9 @@ async def decide(ctx: Context, caller: Principal, approval_id: str, body: Decisi
             raise Gone("This approval's window has passed; the call it was for has ended.")
         try:
             console.require_signature_for_login(approval, body.signature is not None)
+            verified_by = await passkeys.check_decision(
+                ctx, uow, relying or _NO_RP, caller, approval, body.decision, body.device_id, body.passkey
+            )
             by, device_id = await _check_decider(ctx, uow, caller, approval, body, now)
         except (Forbidden, SignatureRefused) as e:
             detail = getattr(e, "detail", e.message)
@@ -116,6 +125,7 @@ async def decide(ctx: Context, caller: Principal, approval_id: str, body: Decisi
                         "decision": body.decision.value,
                         "device_id": body.device_id,
                         "signed": bool(body.signature),
+                        "passkey": body.passkey is not None,
                     },
                 ),
                 now,
@@ -130,7 +140,7 @@ async def decide(ctx: Context, caller: Principal, approval_id: str, body: Decisi
                 approval = await vouched(uow, caller, approval, body.decision, by, device_id, now)
             else:
                 approval = await _record(
-                    ctx, uow, caller, approval, invocation, body, message, by, device_id, now
+                    ctx, uow, caller, approval, invocation, body, message, by, device_id, now, verified_by
                 )
     if refusal is not None:
         raise refusal
@@ -193,6 +203,7 @@ async def _record(
     by: str,
     device_id: str | None,
     now: datetime,
+    verified_by: str | None = None,
 ) -> Approval:
     status = ApprovalStatus.APPROVED if body.decision is Decision.APPROVED else ApprovalStatus.DENIED
     decided = approval.decided(status, by, now)
@@ -209,6 +220,7 @@ async def _record(
                 "device_id": device_id,
                 "invocation_id": invocation.invocation_id,
                 "not_me": body.not_me,
+                "verified_by": verified_by,
             },
         ),
         now,

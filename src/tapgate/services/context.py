@@ -17,6 +17,7 @@ class Limits:
     max_devices_per_user: int = 10
     max_open_confirmations: int = 5
     require_device_signature: bool = False
+    require_user_verification: bool = False  # every decision carries a passkey assertion (DESIGN §22)
     invocation_poll_seconds: float = 2.0
     live_ack_seconds: float = 1.0  # how long a live link may take a call before its push goes out
     not_me_cooldown_seconds: int = 1200  # "this wasn't me" pauses the agent's asks for this long
@@ -39,6 +40,11 @@ class Context:
     limits: Limits = field(default_factory=Limits)
     policies: PolicySet = field(default_factory=PolicySet)
     device_channel: bool = False
+
+    def swap_policies(self, policies: PolicySet) -> None:
+        """Put new rules in force for the next call: one reference swapped, so a call that read
+        ``policies`` keeps the whole set it read (the only field that changes after start)."""
+        object.__setattr__(self, "policies", policies)
 
 
 def device_key(tenant_id: str, device_uid: str) -> str:

@@ -37,7 +37,7 @@ from tapgate.domain.invocations import (
     result_text,
     strings_in,
 )
-from tapgate.domain.policy import PolicyRequest, Verdict, decide
+from tapgate.domain.policy import PolicyDecision, PolicyRequest, Verdict, decide
 from tapgate.domain.principals import Principal, Scope, TokenKind
 from tapgate.domain.push import INVOCATION_PENDING, OutboxItem
 from tapgate.domain.secret_scan import SecretRefused, check_outbound
@@ -131,21 +131,29 @@ def _text(invocation: Invocation) -> str:
 
 class _Refusal(Exception):
     def __init__(
-        self, status: Status, reason: str, device: Device | None = None, capability: str = ""
+        self,
+        status: Status,
+        reason: str,
+        device: Device | None = None,
+        capability: str = "",
+        rule: PolicyDecision | None = None,
     ) -> None:
         super().__init__(reason)
         self.status = status
         self.reason = reason
         self.device = device
         self.capability = capability
+        self.rule = rule  # the policy rule that refused, named in the journal
 
 
 def _deny(reason: str, device: Device | None = None, capability: str = "") -> _Refusal:
     return _Refusal(Status.REFUSED, f"[deny] {reason}", device, capability)
 
 
-def _policy(reason: str, device: Device | None = None, capability: str = "") -> _Refusal:
-    return _Refusal(Status.REFUSED, f"[policy] {reason}", device, capability)
+def _policy(
+    reason: str, device: Device | None = None, capability: str = "", rule: PolicyDecision | None = None
+) -> _Refusal:
+    return _Refusal(Status.REFUSED, f"[policy] {reason}", device, capability, rule)
 
 
 async def invoke(ctx: Context, caller: Principal, call: Call, wait: float = 0) -> View:
@@ -266,7 +274,7 @@ async def _chain(
         ),
     )
     if decision.verdict is Verdict.BLOCK:
-        raise _policy(decision.reason, device, capability.name)
+        raise _policy(decision.reason, device, capability.name, decision)
     # 6. Input: the capability's params, then its own checks.
     payload = _checked_input(capability, arguments, device)
     # 7. Hardline scan on every outbound text, before any row exists.
@@ -291,8 +299,10 @@ async def _chain(
         waiting = _new_invocation(
             ctx, caller, call, device, capability, payload, invocation_id, digest, now, origin
         )
+        if decision.verdict is Verdict.ASK:  # the agent reads which rule asks the person
+            waiting = replace(waiting, reason=f"[policy] {decision.reason}")
         return await open_approval(
-            ctx, uow, caller, waiting, device, capability, approvers, decision.rule, now
+            ctx, uow, caller, waiting, device, capability, approvers, decision.rule, now, decision.line
         )
     # 10. Deliver: the pending row, its journal entry and its wake-up, in one transaction.
     invocation = _new_invocation(
@@ -305,7 +315,7 @@ async def _chain(
             caller.actor,
             "pending",
             subject=invocation_id,
-            data=_audit_data(call, device.device_id, capability.name, decision.rule),
+            data=_audit_data(call, device.device_id, capability.name, decision.rule, decision.line),
         ),
         now,
     )
@@ -459,7 +469,9 @@ def _timeout(ctx: Context, capability: Capability, device: Device, now: datetime
     return timedelta(seconds=ctx.limits.invocation_timeout_seconds)
 
 
-def _audit_data(call: Call, device_id: str, capability: str, rule: str = "") -> dict[str, str | bool | None]:
+def _audit_data(
+    call: Call, device_id: str, capability: str, rule: str = "", line: int = 0
+) -> dict[str, str | int | bool | None]:
     return {
         "tool": call.tool,
         "device_id": device_id,
@@ -468,6 +480,7 @@ def _audit_data(call: Call, device_id: str, capability: str, rule: str = "") -> 
         "origin": call.origin,
         "shadow": call.shadow,
         "rule": rule or None,
+        "rule_line": line or None,
     }
 
 
@@ -482,7 +495,13 @@ async def _journal_refusal(
             refusal.status.value,
             subject=invocation_id,
             reason=refusal.reason,
-            data=_audit_data(call, device_id, refusal.capability),
+            data=_audit_data(
+                call,
+                device_id,
+                refusal.capability,
+                refusal.rule.rule if refusal.rule else "",
+                refusal.rule.line if refusal.rule else 0,
+            ),
         ),
         now,
     )
@@ -605,6 +624,7 @@ async def open_approval(
     approvers: list[Device],
     rule: str,
     now: datetime,
+    rule_line: int = 0,
 ) -> Invocation:
     """Write the waiting call and its approval, push it to every device that can sign, and journal it."""
     preview = render_preview(capability, invocation.arguments)
@@ -664,6 +684,7 @@ async def open_approval(
                 "capability": capability.name,
                 "approval_id": approval.approval_id,
                 "rule": rule or None,
+                "rule_line": rule_line or None,
             },
         ),
         now,

@@ -5,6 +5,7 @@ import { details, detectPlatform, humanize, plan } from "./actions.js";
 import { errorMessage, request } from "./api.js";
 import { fromBase64Url, newDeviceKey, publicKeyBase64, signText } from "./keys.js";
 import { DeviceLink } from "./link.js";
+import { assertDecision, passkeySupport, registerPasskey } from "./passkey.js";
 import { actionSha256, signedText } from "./signing.js";
 import { dropAnswer, forgetDevice, loadDevice, queueAnswer, queuedAnswers, saveDevice } from "./store.js";
 
@@ -319,12 +320,8 @@ async function leave(message) {
 function startHome() {
   show("home");
   notify("");
-  fillFields($("about"), [
-    { label: "Name", value: device.name },
-    { label: "Device id", value: device.device_id },
-    { label: "Key", value: device.alg === "ed25519" ? "Ed25519, kept in this browser" : "P-256, kept in this browser" },
-    { label: "Notifications", value: device.push ? "Web Push" : "Off (open this page to see requests)" },
-  ]);
+  showAbout();
+  offerPasskey();
   updateEmpty();
   setLinkState(navigator.onLine === false ? "offline" : "reconnecting");
   link = new DeviceLink(device, {
@@ -339,6 +336,72 @@ function startHome() {
   inbox.run();
   flushAnswers();
   askConsoleSignIn();
+}
+
+function showAbout() {
+  fillFields($("about"), [
+    { label: "Name", value: device.name },
+    { label: "Device id", value: device.device_id },
+    { label: "Key", value: device.alg === "ed25519" ? "Ed25519, kept in this browser" : "P-256, kept in this browser" },
+    { label: "Notifications", value: device.push ? "Web Push" : "Off (open this page to see requests)" },
+    { label: "Passkey", value: device.passkey ? "Set up: answers need your face, fingerprint or screen lock" : "None" },
+  ]);
+}
+
+/** Right after pairing, and whenever this device has none: offer the passkey, or say why it cannot. */
+async function offerPasskey() {
+  const offer = $("passkey-offer");
+  offer.hidden = Boolean(device.passkey);
+  $("passkey-again").hidden = !device.passkey;
+  if (device.passkey) return;
+  const support = await passkeySupport();
+  const button = $("passkey-button");
+  button.hidden = support !== "yes";
+  $("passkey-state").textContent = support === "yes" ? "" : support;
+}
+
+/** From "This device": a new passkey for this device (after the old one was deleted from the phone, or a
+ * new phone lock), kept beside the old one at the gateway. */
+async function onSetUpPasskeyAgain() {
+  const button = $("passkey-again");
+  const state = $("passkey-again-state");
+  button.disabled = true;
+  state.textContent = "Waiting for your face, fingerprint or screen lock…";
+  try {
+    const holder = device;
+    holder.passkey = await registerPasskey(holder);
+    await saveDevice(holder);
+    state.textContent = "A new passkey is set up; your answers now use it.";
+  } catch (error) {
+    state.textContent =
+      error.message.includes("InvalidStateError")
+        ? "This phone already holds this device's passkey; there is nothing to set up again."
+        : error.message;
+  } finally {
+    button.disabled = false;
+  }
+}
+
+async function onSetUpPasskey() {
+  const button = $("passkey-button");
+  const state = $("passkey-state");
+  button.disabled = true;
+  state.textContent = "Waiting for your face, fingerprint or screen lock…";
+  try {
+    const holder = device;
+    const credentialId = await registerPasskey(holder);
+    holder.passkey = credentialId;
+    await saveDevice(holder);
+    state.textContent = "";
+    $("passkey-offer").hidden = true;
+    $("passkey-again").hidden = false;
+    remember("Passkey set up: your answers now need your face, fingerprint or screen lock", "done");
+    showAbout();
+  } catch (error) {
+    state.textContent = error.message;
+  } finally {
+    button.disabled = false;
+  }
 }
 
 function stopHome() {
@@ -698,6 +761,13 @@ async function decide(approval, entry, decision, notMe) {
     }
     const body = { decision, device_id: device.device_id, signature: await signText(device, text) };
     if (notMe) body.not_me = true;
+    try {
+      const passkey = await assertDecision(device, text);
+      if (passkey) body.passkey = passkey;
+    } catch (error) {
+      cardError(card, error.message);
+      return;
+    }
     const reply = await request("POST", `/v1/approvals/${encodeURIComponent(approval.id)}`, { token: device.token, body });
     if (reply.ok) {
       removeCard(approvalCards, approval.id);
@@ -711,6 +781,12 @@ async function decide(approval, entry, decision, notMe) {
       remember(`${entry.title}: ${errorMessage(reply, "no longer waiting")}`, "expired");
       return;
     }
+    const refusal = reply.body && reply.body.error ? reply.body.error.code : "";
+    if (refusal === "passkey_refused" && !device.passkey) {
+      cardError(card, `${errorMessage(reply, "This answer needs your passkey.")} This browser has none yet: set one up at the top of this page, then answer again.`);
+      offerPasskey();
+      return;
+    }
     cardError(card, reply.offline ? "No connection: your answer was not sent. Try again." : errorMessage(reply, "The gateway refused the answer."));
   } finally {
     entry.busy = false;
@@ -721,6 +797,8 @@ async function decide(approval, entry, decision, notMe) {
 // -- wiring ------------------------------------------------------------------------------------------------------
 
 $("pair-form").addEventListener("submit", onPair);
+$("passkey-button").addEventListener("click", onSetUpPasskey);
+$("passkey-again").addEventListener("click", onSetUpPasskeyAgain);
 $("pair-keep").addEventListener("click", () => {
   pairing = null;
   if (!device || device.status !== "active") return;

@@ -12,6 +12,7 @@ const SHELL = [
   "api.js",
   "keys.js",
   "link.js",
+  "passkey.js",
   "signing.js",
   "store.js",
   "manifest.webmanifest",

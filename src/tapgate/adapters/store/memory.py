@@ -22,6 +22,7 @@ from tapgate.domain.inbox import Approval, ApprovalStatus
 from tapgate.domain.ingest import Receipt, Triage
 from tapgate.domain.invocations import CONFIRMED_ON_DEVICE, Invocation, Status
 from tapgate.domain.pairing import Pairing
+from tapgate.domain.passkeys import Passkey
 from tapgate.domain.principals import TokenKind
 from tapgate.domain.push import OutboxItem, OutboxStatus
 from tapgate.domain.sessions import Session
@@ -47,6 +48,8 @@ class _State:
     triage: dict[tuple[str, str, str], Triage] = field(default_factory=dict)
     sign_ins: dict[tuple[str, str], SignIn] = field(default_factory=dict)
     console_sessions: dict[tuple[str, str], ConsoleSession] = field(default_factory=dict)
+    passkeys: dict[tuple[str, str], Passkey] = field(default_factory=dict)
+    passkey_users: dict[tuple[str, str], bool] = field(default_factory=dict)
 
     def copy(self) -> _State:
         return _State(
@@ -68,6 +71,8 @@ class _State:
             dict(self.triage),
             dict(self.sign_ins),
             dict(self.console_sessions),
+            dict(self.passkeys),
+            dict(self.passkey_users),
         )
 
 
@@ -115,6 +120,7 @@ class MemoryUnitOfWork:
         self.ingests = _Ingests(state, tenant_id)
         self.sign_ins = _SignIns(state, tenant_id)
         self.console_sessions = _ConsoleSessions(state, tenant_id)
+        self.passkeys = _Passkeys(state, tenant_id)
         self.keys: list[str] = []
 
     def notify(self, key: str) -> None:
@@ -550,6 +556,37 @@ class _Pauses(_Repo):
 
     async def paused_until(self, user_id: str, agent_id: str) -> datetime | None:
         return self.state.pauses.get((self.tenant_id, user_id, agent_id))
+
+
+class _Passkeys(_Repo):
+    async def add(self, passkey: Passkey) -> None:
+        found = self.state.passkeys.get((self.tenant_id, passkey.credential_id))
+        if found is not None:
+            if found.device_uid != passkey.device_uid:
+                raise Conflict("This passkey is registered for another device.")
+            return
+        self.state.passkeys[(self.tenant_id, passkey.credential_id)] = passkey
+
+    async def get(self, credential_id: str) -> Passkey | None:
+        return self.state.passkeys.get((self.tenant_id, credential_id))
+
+    async def for_device(self, device_uid: str) -> Sequence[Passkey]:
+        found = [p for (t, _), p in self.state.passkeys.items() if t == self.tenant_id]
+        return sorted((p for p in found if p.device_uid == device_uid), key=lambda p: p.created_at)
+
+    async def set_sign_count(self, credential_id: str, sign_count: int) -> None:
+        found = self.state.passkeys.get((self.tenant_id, credential_id))
+        if found is not None:
+            self.state.passkeys[(self.tenant_id, credential_id)] = replace(found, sign_count=sign_count)
+
+    async def required(self, user_id: str) -> bool | None:
+        return self.state.passkey_users.get((self.tenant_id, user_id))
+
+    async def set_required(self, user_id: str, required: bool | None) -> None:
+        if required is None:
+            self.state.passkey_users.pop((self.tenant_id, user_id), None)
+        else:
+            self.state.passkey_users[(self.tenant_id, user_id)] = required
 
 
 class _Ingests(_Repo):

@@ -39,6 +39,7 @@ from tapgate.domain.ingest import Receipt, Triage
 from tapgate.domain.invocations import OPEN, Invocation, Status
 from tapgate.domain.keys import KeyAlgorithm
 from tapgate.domain.pairing import Pairing, PairingStatus
+from tapgate.domain.passkeys import Passkey
 from tapgate.domain.principals import Scope, TokenKind
 from tapgate.domain.push import OutboxItem, OutboxStatus
 from tapgate.domain.sessions import Session, SessionKind
@@ -180,6 +181,7 @@ class SqlUnitOfWork:
         self.ingests = _Ingests(conn, tenant_id)
         self.sign_ins = SqlSignIns(conn, tenant_id)
         self.console_sessions = SqlConsoleSessions(conn, tenant_id)
+        self.passkeys = _Passkeys(conn, tenant_id)
         self.keys: list[str] = []
 
     def notify(self, key: str) -> None:
@@ -1035,6 +1037,81 @@ class _Pauses(_Repo):
             select(c.until).where(c.tenant_id == self.tenant_id, c.user_id == user_id, c.agent_id == agent_id)
         )
         return until if isinstance(until, datetime) else None
+
+
+class _Passkeys(_Repo):
+    async def add(self, passkey: Passkey) -> None:
+        found = await self.get(passkey.credential_id)
+        if found is not None:
+            if found.device_uid != passkey.device_uid:
+                raise Conflict("This passkey is registered for another device.")
+            return
+        row = {
+            "tenant_id": self.tenant_id,
+            "credential_id": passkey.credential_id,
+            "device_uid": passkey.device_uid,
+            "user_id": passkey.user_id,
+            "public_key": passkey.public_key,
+            "sign_count": passkey.sign_count,
+            "created_at": passkey.created_at,
+        }
+        await self._insert(t.passkeys, row, "This passkey is registered already.")
+
+    async def get(self, credential_id: str) -> Passkey | None:
+        c = t.passkeys.c
+        row = (
+            await self.conn.execute(
+                select(t.passkeys).where(c.tenant_id == self.tenant_id, c.credential_id == credential_id)
+            )
+        ).first()
+        return _passkey(row) if row is not None else None
+
+    async def for_device(self, device_uid: str) -> Sequence[Passkey]:
+        c = t.passkeys.c
+        rows = await self.conn.execute(
+            select(t.passkeys)
+            .where(c.tenant_id == self.tenant_id, c.device_uid == device_uid)
+            .order_by(c.created_at)
+        )
+        return [_passkey(row) for row in rows]
+
+    async def set_sign_count(self, credential_id: str, sign_count: int) -> None:
+        c = t.passkeys.c
+        await self.conn.execute(
+            update(t.passkeys)
+            .where(c.tenant_id == self.tenant_id, c.credential_id == credential_id)
+            .values(sign_count=sign_count)
+        )
+
+    async def required(self, user_id: str) -> bool | None:
+        c = t.passkey_users.c
+        found = await self.conn.scalar(
+            select(c.required).where(c.tenant_id == self.tenant_id, c.user_id == user_id)
+        )
+        return None if found is None else bool(found)
+
+    async def set_required(self, user_id: str, required: bool | None) -> None:
+        c = t.passkey_users.c
+        await self.conn.execute(
+            delete(t.passkey_users).where(c.tenant_id == self.tenant_id, c.user_id == user_id)
+        )
+        if required is not None:
+            await self.conn.execute(
+                _insert_into(t.passkey_users),
+                {"tenant_id": self.tenant_id, "user_id": user_id, "required": required},
+            )
+
+
+def _passkey(row: Any) -> Passkey:
+    return Passkey(
+        tenant_id=row.tenant_id,
+        credential_id=row.credential_id,
+        device_uid=row.device_uid,
+        user_id=row.user_id,
+        public_key=row.public_key,
+        sign_count=int(row.sign_count),
+        created_at=row.created_at,
+    )
 
 
 class _Ingests(_Repo):

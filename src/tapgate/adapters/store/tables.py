@@ -417,5 +417,32 @@ console_sessions = Table(
     Index("console_sessions_user", "tenant_id", "user_id"),
 )
 
+# Passkeys (DESIGN §22): a device's WebAuthn credentials (the COSE public key, base64url) and its count.
+passkeys = Table(
+    "passkeys",
+    metadata,
+    Column("tenant_id", String(40), primary_key=True),
+    Column("credential_id", String(1400), primary_key=True),  # base64url of up to 1023 bytes
+    Column("device_uid", String(16), nullable=False),
+    Column("user_id", String(40), nullable=False),
+    Column("public_key", Text, nullable=False),
+    Column("sign_count", BigInteger, nullable=False),
+    Column("created_at", UtcDateTime, nullable=False),
+    ForeignKeyConstraint(
+        ["tenant_id", "device_uid"], ["devices.tenant_id", "devices.device_uid"], ondelete="CASCADE"
+    ),
+    Index("passkeys_device", "tenant_id", "device_uid"),
+)
+
+# A user's own require_user_verification, over the global setting.
+passkey_users = Table(
+    "passkey_users",
+    metadata,
+    Column("tenant_id", String(40), primary_key=True),
+    Column("user_id", String(40), primary_key=True),
+    Column("required", Boolean, nullable=False),
+    ForeignKeyConstraint(["tenant_id", "user_id"], ["users.tenant_id", "users.user_id"], ondelete="CASCADE"),
+)
+
 TENANT_TABLES = tuple(t.name for t in metadata.sorted_tables)
 APPEND_ONLY_TABLES = ("audit_entries",)

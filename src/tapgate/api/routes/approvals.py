@@ -83,6 +83,8 @@ async def decide(approval_id: str, request: Request, caller: AnyCaller, gw: Gate
     decided = await gw.decide(
         caller,
         approval_id,
-        DecisionBody(Decision(body.decision), body.device_id, body.signature, body.message, body.not_me),
+        DecisionBody(
+            Decision(body.decision), body.device_id, body.signature, body.message, body.not_me, body.passkey
+        ),
     )
     return DecisionAnswer(id=decided.approval_id, status=decided.status.value)
