@@ -80,3 +80,33 @@ def test_prune_on_the_command_line_erases_now(tmp_path: Path) -> None:
     pruned = tapgate("prune", "--config", str(tmp_path / "tapgate.toml"))
     assert pruned.returncode == 0, pruned.stderr
     assert "older than 30 days" in pruned.stdout
+
+
+async def test_an_old_approval_keeps_its_decision_but_not_the_message_it_showed(
+    device_api: httpx.AsyncClient, clock: FrozenClock
+) -> None:
+    world = await World(device_api).start()
+    await world.person("ana")
+    agent = await world.agent("ana")
+    await world.enrol("ana", device_body("ana-phone", [{"name": "sms_send"}], grants=["sms_send"]))
+    gateway = device_api.app.state.gateway  # type: ignore[attr-defined]
+    r = await device_api.post(
+        "/v1/invocations",
+        json={
+            "tool": "device__ana_phone__sms_send",
+            "arguments": {"to": "+15550002222", "body": SECRET_WORDS},
+            "origin": "untrusted",  # an untrusted text is signed for first: an approval shows it
+        },
+        headers=bearer(agent),
+    )
+    assert r.json()["status"] == "awaiting_approval", r.text
+    async with gateway.store.unit_of_work(world.tenant) as uow:
+        [approval] = await uow.approvals.pending_for("ana")
+    assert SECRET_WORDS in str(approval.preview) and approval.arguments is not None
+    clock.advance(31 * 86_400)
+    await gateway.prune()
+    async with gateway.store.unit_of_work(world.tenant) as uow:
+        erased = await uow.approvals.get(approval.approval_id)
+    assert erased is not None and erased.arguments is None
+    assert SECRET_WORDS not in str(erased.preview) and erased.preview["erased"] is True
+    assert erased.sign == approval.sign  # what was signed can still be told apart, not read

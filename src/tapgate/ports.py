@@ -201,6 +201,10 @@ class Approvals(Protocol):
     async def decide(self, approval: Approval) -> bool:
         """Store ``approval``'s decision if it is still pending; False if another decision won."""
 
+    async def erase_texts(self, before: datetime, kinds: Sequence[str]) -> int:
+        """Retention: for approvals of ``kinds`` created before ``before``, drop the exact arguments and
+        empty the preview's fields (both hold the message); the row and its decision stay."""
+
 
 class Pauses(Protocol):
     async def pause(self, user_id: str, agent_id: str, until: datetime) -> None: ...

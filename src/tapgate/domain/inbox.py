@@ -59,6 +59,11 @@ class Approval:
         return replace(self, status=status, decided_by=by, decided_at=now)
 
 
+def erased_preview(kind: str) -> dict[str, Any]:
+    """What an approval's preview becomes once retention erased the message it showed."""
+    return {"kind": kind, "fields": [], "erased": True}
+
+
 def binding_code() -> str:
     return "".join(secrets.choice(_BINDING_ALPHABET) for _ in range(4))
 

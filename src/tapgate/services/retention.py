@@ -1,6 +1,6 @@
 """Retention (DESIGN §15): after ``retention_days`` the message bodies tapgate held for a person are
 erased: forwarded SMS bodies (and their senders), the arguments of ``sms_send`` and ``phone_actions``
-calls, and every result text. Rows, argument digests, receipts and the audit journal stay, so what
+calls (on the call, and on the approval that showed them), and every result text. Rows, argument digests, receipts and the audit journal stay, so what
 happened can still be told and verified; what was said cannot."""
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ async def prune(ctx: Context) -> Pruned:
     for tenant_id in await ctx.store.tenant_ids():
         async with ctx.store.unit_of_work(tenant_id) as uow:
             invocations += await uow.invocations.erase_texts(before, TEXT_CAPABILITIES)
+            invocations += await uow.approvals.erase_texts(before, TEXT_CAPABILITIES)
             events += await uow.events.erase_bodies(INGEST_MESSAGE, ("body", "sender"), before)
     return Pruned(invocations, events)
 

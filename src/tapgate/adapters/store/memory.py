@@ -18,7 +18,7 @@ from tapgate.domain.console import ConsoleSession, SignIn, SignInStatus
 from tapgate.domain.devices import Declared, Device, DeviceStatus, PushTarget
 from tapgate.domain.errors import Conflict, DuplicateInvocation, StorageError
 from tapgate.domain.events import Event, EventValue
-from tapgate.domain.inbox import Approval, ApprovalStatus
+from tapgate.domain.inbox import Approval, ApprovalStatus, erased_preview
 from tapgate.domain.ingest import Receipt, Triage
 from tapgate.domain.invocations import CONFIRMED_ON_DEVICE, Invocation, Status
 from tapgate.domain.pairing import Pairing
@@ -540,6 +540,15 @@ class _Approvals(_Repo):
 
     async def count_pending(self, user_id: str) -> int:
         return len([a for a in await self.pending_for(user_id) if a.invocation_id is not None])
+
+    async def erase_texts(self, before: datetime, kinds: Sequence[str]) -> int:
+        changed = 0
+        for a in self._mine():
+            if a.created_at < before and a.kind in kinds and a.arguments is not None:
+                erased = replace(a, arguments=None, preview=erased_preview(a.kind))
+                self.state.approvals[(self.tenant_id, a.approval_id)] = erased
+                changed += 1
+        return changed
 
     async def decide(self, approval: Approval) -> bool:
         key = (self.tenant_id, approval.approval_id)

@@ -34,7 +34,7 @@ from tapgate.domain.audit import GENESIS, AuditEntry, AuditRecord, chain_entry
 from tapgate.domain.devices import Capability, Declared, Device, DeviceStatus, PushTarget, parse_capability
 from tapgate.domain.errors import Conflict, DuplicateInvocation, StorageError
 from tapgate.domain.events import Event, EventValue
-from tapgate.domain.inbox import Approval, ApprovalStatus
+from tapgate.domain.inbox import Approval, ApprovalStatus, erased_preview
 from tapgate.domain.ingest import Receipt, Triage
 from tapgate.domain.invocations import OPEN, Invocation, Status
 from tapgate.domain.keys import KeyAlgorithm
@@ -1000,6 +1000,23 @@ class _Approvals(_Repo):
             )
         )
         return int(count or 0)
+
+    async def erase_texts(self, before: datetime, kinds: Sequence[str]) -> int:
+        c = t.approvals.c
+        changed = 0
+        for kind in kinds:
+            result = await self.conn.execute(
+                update(t.approvals)
+                .where(
+                    c.tenant_id == self.tenant_id,
+                    c.created_at < before,
+                    c.kind == kind,
+                    c.arguments.is_not(None),
+                )
+                .values(arguments=None, preview=json.dumps(erased_preview(kind), sort_keys=True))
+            )
+            changed += int(result.rowcount or 0)
+        return changed
 
     async def decide(self, approval: Approval) -> bool:
         c = t.approvals.c
