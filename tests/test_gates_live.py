@@ -249,6 +249,8 @@ async def test_the_websocket_link_carries_calls_and_answers(scene: Scene, live: 
         await link.send(
             json.dumps({"type": "device:result", "callId": call["id"], "ok": True, "result": "off"})
         )
+        ack = json.loads(await asyncio.wait_for(link.recv(), timeout=5))
+        assert ack == {"type": "device:ack", "callId": call["id"], "status": "accepted"}
         view = (
             await scene.client.get(f"/v1/invocations/{call['id']}?wait=5", headers=bearer(scene.agent))
         ).json()

@@ -109,3 +109,31 @@ async def test_the_journal_chains_entries_in_order_and_pages(store: Store) -> No
     assert entries[0].at == NOW
     async with store.unit_of_work(b) as uow:
         assert [e.action for e in await uow.journal.read(0, 10)] == ["other.done"]
+
+
+async def test_a_revoked_device_id_is_remembered_but_no_longer_live(store: Store) -> None:
+    from tapgate.domain.devices import Device, DeviceStatus
+
+    a = await _tenant(store)
+    lamp = Device(
+        a,
+        "ana",
+        "00aa11bb22cc33dd",
+        "desk-lamp",
+        "Desk lamp",
+        "lamp",
+        "ed25519",
+        "k",
+        DeviceStatus.ACTIVE,
+        NOW,
+    )
+    async with store.unit_of_work(a) as uow:
+        await uow.users.add(User(a, "ana", "Ana", NOW))
+        await uow.devices.add(lamp)
+        assert await uow.devices.ever("ana", "desk-lamp")
+        assert not await uow.devices.ever("ana", "hall-lamp")
+        await uow.devices.set_status(lamp.device_uid, DeviceStatus.REVOKED, NOW)
+    async with store.unit_of_work(a) as uow:
+        assert await uow.devices.get("ana", "desk-lamp") is None
+        assert await uow.devices.ever("ana", "desk-lamp")
+        assert not await uow.devices.ever("bob", "desk-lamp")

@@ -93,6 +93,7 @@ class Settings(BaseSettings):
     max_open_confirmations: int = Field(5, ge=1, le=1000)
     invocation_poll_seconds: float = Field(2, gt=0, le=60)
     live_ack_seconds: float = Field(1.0, ge=0, le=60)
+    redelivery_seconds: float = Field(30.0, ge=0, le=3600)
     triage_idle_seconds: int = Field(3600, ge=60, le=7 * 86_400)
     not_me_cooldown_seconds: int = Field(1200, ge=0, le=7 * 86_400)
     require_device_signature: bool = False

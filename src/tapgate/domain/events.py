@@ -16,6 +16,12 @@ INGEST_MESSAGE = "ingest.message"
 # The agent's tool list may have changed (a grant, a device, its capabilities, a session's phone): ids
 # and a fixed word for what changed, never any text, so a runtime knows to list its tools again.
 TOOLS_CHANGED = "tools.changed"
+# A device's life, as the agent may want to know it (DESIGN §18): each carries the device id only.
+DEVICE_PAIRED = "device.paired"
+DEVICE_REVOKED = "device.revoked"
+DEVICE_ONLINE = "device.online"
+DEVICE_OFFLINE = "device.offline"
+DEVICE_CAPABILITIES_CHANGED = "device.capabilities_changed"
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,6 +9,7 @@ from typing import Any
 from tapgate.domain.audit import AuditRecord
 from tapgate.domain.devices import Device, DeviceStatus, apply_grants
 from tapgate.domain.errors import Conflict, Gone, NotFound
+from tapgate.domain.events import DEVICE_PAIRED
 from tapgate.domain.pairing import (
     ComparisonMismatch,
     Pairing,
@@ -21,6 +22,7 @@ from tapgate.domain.pairing import (
 from tapgate.domain.principals import Principal
 from tapgate.ports import Clock, Store
 from tapgate.services.context import auth_key
+from tapgate.services.device_events import announce_device
 from tapgate.services.devices import add_device, new_device, revoke_in
 from tapgate.services.tools import announce_change
 
@@ -141,6 +143,7 @@ async def decide(
                 data={"device_id": device.device_id, "granted": granted},
             )
             await uow.journal.append(record, now)
+            await announce_device(uow, device, DEVICE_PAIRED, now)
             if device.granted():
                 await announce_change(uow, device.user_id, "paired", now, device_id=device.device_id)
         elif decided.status in (PairingStatus.DECLINED, PairingStatus.EXPIRED):
