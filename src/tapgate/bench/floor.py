@@ -192,9 +192,11 @@ def create_app() -> Starlette:
                 except (WebSocketDisconnect, RuntimeError):
                     return
                 if isinstance(frame, dict) and frame.get("type") == "device:result":
-                    floor.answer(
-                        device, str(frame.get("callId")), str(frame.get("status")), frame.get("message")
-                    )
+                    call_id = str(frame.get("callId"))
+                    code = floor.answer(device, call_id, str(frame.get("status")), frame.get("message"))
+                    status = {200: "accepted", 409: "duplicate"}.get(code, "unknown")
+                    ack = {"type": "device:ack", "callId": call_id, "status": status}
+                    await ws.send_text(json.dumps(ack))
 
         tasks = {asyncio.create_task(send()), asyncio.create_task(receive())}
         try:
