@@ -4,14 +4,14 @@ Device → server: ``device:auth`` {deviceId, token}; ``device:result`` {callId,
 ``ok: true|false`` with ``result``/``error`` form is read as done/failed); ``device:event`` {capability,
 data}. Server → device: ``device:invoke`` (with the call's ``binding_code`` when it was approved first, so
 the card repeats the code the agent sees), ``device:approval`` {approval} (the inbox item, live),
-``device:notice`` {notice}, ``device:ack`` {callId, status} (what became of a ``device:result``),
-``device:revoked``. Anything else is dropped.
+``device:ack`` {callId, status} (what became of a ``device:result``),
+``device:revoked`` (``device:notice`` is reserved: notices reach a device by push only, so far). Anything
+else is dropped.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -128,10 +128,6 @@ def approval_item(approval: Approval) -> dict[str, Any]:
 
 def approval_frame(approval: Approval) -> dict[str, Any]:
     return {"type": "device:approval", "approval": approval_item(approval)}
-
-
-def notice_frame(notice: Mapping[str, Any]) -> dict[str, Any]:
-    return {"type": "device:notice", "notice": dict(notice)}
 
 
 class Ack(StrEnum):
