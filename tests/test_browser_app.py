@@ -699,6 +699,32 @@ async def test_what_arrived_while_the_app_was_closed_shows_when_it_opens_and_sti
     assert (await home.view(action["id"], wait=10))["status"] == "done"
 
 
+async def test_on_its_websocket_the_app_gets_an_approval_live_without_the_inbox(
+    browser: Browser, home: Home
+) -> None:
+    from playwright.async_api import expect
+
+    phone = await new_phone(browser, home)
+    await pair(phone)
+    inbox: list[str] = []
+
+    async def refuse(route: Any) -> None:
+        inbox.append(route.request.url)
+        await route.abort()
+
+    await phone.page.route(re.compile(r".*/v1/inbox.*"), refuse)
+    await _door(home)
+    call = await home.invoke("device__front_door__unlock_door", {"minutes": 5})
+    assert call["status"] == "awaiting_approval"
+    card = phone.card(call["binding_code"])
+    await expect(card).to_be_visible(timeout=WAIT_MS)
+    await card.locator(".confirm").click()
+    await expect(card).to_have_count(0, timeout=WAIT_MS)
+    assert (await home.view(call["id"]))["status"] == "pending"  # signed and verified
+    assert phone.problems == []
+    await phone.context.close()
+
+
 async def test_without_websockets_the_app_long_polls_and_still_gets_its_work(
     browser: Browser, home: Home
 ) -> None:
@@ -718,6 +744,13 @@ async def test_without_websockets_the_app_long_polls_and_still_gets_its_work(
     await expect(card).to_be_visible(timeout=WAIT_MS)
     await card.locator(".confirm").click()
     assert (await home.view(call["id"], wait=10))["status"] == "done"
+    await _door(home)  # an approval reaches it by the inbox's long-poll
+    asked = await home.invoke("device__front_door__unlock_door", {"minutes": 5})
+    approval = phone.card(asked["binding_code"])
+    await expect(approval).to_be_visible(timeout=WAIT_MS)
+    await approval.locator(".confirm").click()
+    await expect(approval).to_have_count(0, timeout=WAIT_MS)
+    assert (await home.view(asked["id"]))["status"] == "pending"
     assert len(refused) >= 2
     assert phone.problems == []
     await phone.context.close()

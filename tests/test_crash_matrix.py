@@ -351,6 +351,8 @@ async def _scenario(point: str, seed: int, database_url: str, db: Database, fold
         device_call_timeout_seconds=LINKED_TIMEOUT,
         approval_sign_ttl_seconds=TIMEOUT,
         invocation_poll_seconds=0.2,
+        # These devices forget what they held when the gateway dies: each fetch hands it all again.
+        redelivery_seconds=0,
     )
     server = Server(config, env={"TAPGATE_CRASH_AT": point, "TAPGATE_CRASH_AFTER": str(hit)})
     # Scenarios run side by side in one event loop: a blocking start (it polls /readyz for up to 30 s)

@@ -251,6 +251,8 @@ async def test_the_websocket_link_carries_calls_and_answers(scene: Scene, live: 
         await link.send(
             json.dumps({"type": "device:result", "callId": call["id"], "ok": True, "result": "off"})
         )
+        ack = json.loads(await asyncio.wait_for(link.recv(), timeout=5))
+        assert ack == {"type": "device:ack", "callId": call["id"], "status": "accepted"}
         view = (
             await scene.client.get(f"/v1/invocations/{call['id']}?wait=5", headers=bearer(scene.agent))
         ).json()
@@ -306,8 +308,8 @@ async def test_the_event_stream_resumes_without_missing_an_event(scene: Scene) -
                     event_id = line[4:]
                 elif line.startswith("data: "):
                     data = json.loads(line[6:])
-                    if data["type"] == "tools.changed":  # the enrolments of the scene
-                        continue
+                    if data["type"] == "tools.changed" or data["type"].startswith("device."):
+                        continue  # the enrolments of the scene
                     seen.append((event_id, data))
                     if len(seen) == count:
                         return seen

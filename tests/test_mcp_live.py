@@ -130,7 +130,7 @@ async def test_refused_calls_are_errors_with_the_reason_the_model_reads_and_reac
     assert blocked.is_error
     assert text_of(blocked) == "[policy] Doors stay locked from here (rule 'doors-stay-locked', line 3)"
     assert ungranted.is_error and text_of(ungranted).startswith(
-        "[deny] the person has not granted read_temperature"
+        "[deny] capability not granted: the person has not granted read_temperature"
     )
     assert off_schema.is_error and text_of(off_schema).startswith("[deny] ")
     assert unknown.is_error and text_of(unknown) == "[deny] unknown tool"
@@ -140,6 +140,26 @@ async def test_refused_calls_are_errors_with_the_reason_the_model_reads_and_reac
     audit = await home.client.get("/v1/audit?limit=1000", headers=bearer(home.operator))
     refused = [e for e in audit.json()["entries"] if e["action"] == "invocation.refused"]
     assert len(refused) == 4  # every refusal is journalled by the check chain
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_the_model_reads_why_a_call_was_refused_and_that_its_device_is_offline(
+    transport: str, live: Live, home: Home
+) -> None:
+    r = await home.client.delete("/v1/users/ana/devices/hall-lamp", headers=bearer(home.operator))
+    assert r.status_code == 204, r.text
+    with anyio.fail_after(30):
+        async with connect(transport, live, home) as session:
+            revoked = await session.call_tool("device__hall_lamp__set_light", {"on": True})
+            typo = await session.call_tool("device__kettle__bol", {})
+            no_session = await session.call_tool("phone_action", {"action": "torch"})
+            offline = await session.call_tool("device__desk_lamp__set_light", {"on": True})
+
+    assert revoked.is_error and text_of(revoked).startswith("[deny] device revoked")
+    assert typo.is_error and text_of(typo) == "[deny] unknown tool"
+    assert no_session.is_error and text_of(no_session).startswith("[deny] phone_action needs a session_id")
+    assert not offline.is_error and offline.structured_content["device_online"] is False
+    assert "The device is offline" in text_of(offline)
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)

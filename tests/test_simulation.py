@@ -257,14 +257,19 @@ class Simulation:
     async def _send_pushes(self) -> None:
         """The fake push service sends every outbox row it has not sent; the network may drop, delay,
         duplicate or reorder each."""
-        subjects = sorted(self.calls) + sorted(k for k in self.labels if k.startswith("apr_"))
+        # Approval ids are random: their labels (given in the order they were met) keep a seed's order.
+        approvals = sorted(
+            (k for k in self.labels if k.startswith("apr_")), key=lambda k: int(self.labels[k][9:])
+        )
+        subjects = sorted(self.calls) + approvals
+        order = {subject: n for n, subject in enumerate(subjects)}
         async with self.store.unit_of_work(self.tenant) as uow:
             rows = [row for s in subjects for row in await uow.outbox.for_subject(s)]
         names = {}
         for name in ("lamp", "door", "phone"):
             names[(await self.device(name)).device.device_uid] = name
         sent = 0
-        for row in sorted(rows, key=lambda r: (r.subject_id, names[r.device_uid])):
+        for row in sorted(rows, key=lambda r: (order[r.subject_id], names[r.device_uid])):
             if row.delivery_id in self.pushed:
                 continue
             self.pushed.add(row.delivery_id)

@@ -151,3 +151,31 @@ async def test_credentials_are_listed_revoked_once_and_touched_only_forward(stor
         assert live == ["000000000000000a", "000000000000000b"]
         assert (await uow.credentials.get("000000000000000b")).last_used_at == later  # type: ignore[union-attr]
         assert (await uow.credentials.get("000000000000000c")).revoked_at == later  # type: ignore[union-attr]
+
+
+async def test_a_revoked_device_id_is_remembered_but_no_longer_live(store: Store) -> None:
+    from tapgate.domain.devices import Device, DeviceStatus
+
+    a = await _tenant(store)
+    lamp = Device(
+        a,
+        "ana",
+        "00aa11bb22cc33dd",
+        "desk-lamp",
+        "Desk lamp",
+        "lamp",
+        "ed25519",
+        "k",
+        DeviceStatus.ACTIVE,
+        NOW,
+    )
+    async with store.unit_of_work(a) as uow:
+        await uow.users.add(User(a, "ana", "Ana", NOW))
+        await uow.devices.add(lamp)
+        assert await uow.devices.ever("ana", "desk-lamp")
+        assert not await uow.devices.ever("ana", "hall-lamp")
+        await uow.devices.set_status(lamp.device_uid, DeviceStatus.REVOKED, NOW)
+    async with store.unit_of_work(a) as uow:
+        assert await uow.devices.get("ana", "desk-lamp") is None
+        assert await uow.devices.ever("ana", "desk-lamp")
+        assert not await uow.devices.ever("bob", "desk-lamp")

@@ -751,22 +751,27 @@ async def test_the_phone_long_polls_when_the_websocket_cannot_connect(person: Pe
 
 async def test_a_card_held_open_does_not_make_the_long_poll_ask_again_and_again(person: Person) -> None:
     key = generate_key(KeyAlgorithm.P256)
-    polls: list[str] = []
-    answer, paused = asyncio.Event(), asyncio.Event()
+    polls: list[tuple[int, float]] = []  # (calls handed over, seconds the request took)
+    answer, second = asyncio.Event(), asyncio.Event()
+    started: dict[int, float] = {}
 
-    async def count(request: httpx.Request) -> None:
+    async def sent(request: httpx.Request) -> None:
         if request.url.path == "/v1/device/invocations":
-            polls.append(request.url.path)
+            started[id(request)] = time.monotonic()
+
+    async def received(response: httpx.Response) -> None:
+        if response.request.url.path == "/v1/device/invocations":
+            await response.aread()
+            took = time.monotonic() - started[id(response.request)]
+            polls.append((len(response.json()["invocations"]), took))
+            if polls[-1][0] == 0 and any(n for n, _ in polls):  # a poll after the one with the call
+                second.set()
 
     async def decide(call: Call) -> Answer:
         await answer.wait()  # the person is still reading the card
         return Answer.DONE
 
-    async def pause(seconds: float) -> None:
-        paused.set()
-        await asyncio.Event().wait()  # until the phone cancels it
-
-    hooks: dict[str, list[Any]] = {"request": [count]}
+    hooks: dict[str, list[Any]] = {"request": [sent], "response": [received]}
     async with httpx.AsyncClient(base_url=person.server.url, timeout=30, event_hooks=hooks) as client:
         phone = Phone(
             http=client,
@@ -777,9 +782,8 @@ async def test_a_card_held_open_does_not_make_the_long_poll_ask_again_and_again(
             decide_call=decide,
             decide_approval=_approve,
             screen=Screen(),
-            sleep=pause,
             watch_inbox=False,
-            poll_wait=5,
+            poll_wait=2,
         )
         async with _running(phone):
             agent = bearer(person.agent)
@@ -789,8 +793,11 @@ async def test_a_card_held_open_does_not_make_the_long_poll_ask_again_and_again(
                 headers=agent,
             )
             with anyio.fail_after(LINE_SECONDS):
-                await paused.wait()
-            assert len(polls) == 2  # one brought the call; the next found only it, and waits for the card
+                await second.wait()
+            # The gateway does not hand the held call again: the next long-poll waits its full time.
+            handed = [n for n, _ in polls]
+            assert handed[-2:] == [1, 0], polls
+            assert polls[-1][1] >= 1.5, polls
             answer.set()
             view = await client.get(f"/v1/invocations/{r.json()['id']}?wait={TIMEOUT}", headers=agent)
             assert view.json()["status"] == "done"
@@ -1012,3 +1019,72 @@ def test_a_card_shows_control_characters_as_escapes_never_raw() -> None:
     shown = out.getvalue()
     assert "\x1b" not in shown and "\u202e" not in shown
     assert "warm\\u001b[2J\\u202e" in shown
+
+
+async def test_the_prompts_show_their_key_letters(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tapgate.device.prompts import Ask
+
+    console = Console(file=io.StringIO(), record=True, width=200)
+    ask = Ask(console)
+    monkeypatch.setattr("sys.stdin", io.StringIO("y\na\n"))
+    call = Call("inv_1", "device__ana_lamp__set_light", SET_LIGHT, {"on": True})
+    assert await ask.call(call) is Answer.DONE
+    request = Request.read({"id": "apr_1", "kind": "unplug", "subject": "ana-lamp", "prompt": "Unplug?"})
+    assert request is not None
+    assert (await ask.approval(request)) == Verdict(Decision.APPROVED)
+    shown = console.export_text()
+    assert "[y]es, [n]o (decline), [f]ailed" in shown
+    assert "[a]pprove, [d]eny, or [w] this wasn't me" in shown
+
+
+def test_run_never_says_connected_for_a_revoked_device(
+    person: Person, run_phone: Callable[..., RunningPhone]
+) -> None:
+    state = person.pair()
+    person.revoke()
+    phone = run_phone("--state", str(state), "--auto", "done")
+    assert phone.wait() == 1
+    assert "Pair it again" in phone.stderr()
+    assert not any("Connected" in line for line in phone.lines), phone.lines
+    assert phone.process.stdout is not None
+    assert "Connected" not in phone.process.stdout.read()
+
+
+async def test_on_a_websocket_the_phone_gets_approvals_live_without_polling_the_inbox(person: Person) -> None:
+    from tapgate.device.cli import _connect
+
+    key = generate_key(KeyAlgorithm.P256)
+    inbox_polls: list[str] = []
+    screen = Screen()
+
+    async def count(request: httpx.Request) -> None:
+        if request.url.path == "/v1/inbox":
+            inbox_polls.append(request.url.path)
+
+    hooks: dict[str, list[Any]] = {"request": [count]}
+    async with httpx.AsyncClient(
+        base_url=person.server.url, timeout=TIMEOUT + 10, event_hooks=hooks
+    ) as client:
+        phone = Phone(
+            http=client,
+            device_id="ana-lamp",
+            token=await _enrolled(person, client, key),
+            key=key,
+            connect=_connect,
+            decide_call=_done,
+            decide_approval=_approve,
+            screen=screen,
+            handlers=load_handlers("tapgate.device.examples"),
+        )
+        async with _running(phone):
+            await screen.expect("Connected over the WebSocket")
+            r = await client.post(
+                "/v1/invocations",
+                json={"tool": "device__ana_lamp__unplug", "arguments": {}, "wait": TIMEOUT},
+                headers=bearer(person.agent),
+            )
+            assert r.json()["status"] == "done", r.text
+            await screen.expect("approved (signed by ana-lamp)")
+            line = await screen.expect(f"answered {r.json()['id']} done")
+            assert "sent over the WebSocket" in line
+    assert inbox_polls == []

@@ -65,6 +65,7 @@ class Invocation:
     created_at: datetime
     resolved_at: datetime | None
     binding_code: str | None = None
+    device_online: bool | None = None  # the device has a live link or a push route now
 
     @property
     def open(self) -> bool:
@@ -83,6 +84,7 @@ class Invocation:
             created_at=datetime.fromisoformat(body["created_at"]),
             resolved_at=datetime.fromisoformat(body["resolved_at"]) if body.get("resolved_at") else None,
             binding_code=body.get("binding_code"),
+            device_online=body.get("device_online"),
         )
 
 
@@ -217,8 +219,10 @@ class Client:
         origin: Literal["owner", "untrusted"] = "owner",
         shadow: bool = False,
         wait: float = 0,
+        if_offline: Literal["wait", "fail"] = "wait",
     ) -> Invocation:
         """Call a tool through tapgate's checks, holding up to ``wait`` seconds for the answer.
+        ``if_offline="fail"`` answers ``unavailable`` at once when the device is offline.
 
         A refusal is not an exception: it is an invocation whose status is ``refused`` or ``unavailable``
         with the ``reason`` to show the model. Raises InvalidInput (a bad call shape), Conflict (an
@@ -235,6 +239,8 @@ class Client:
             "wait": wait,
         }
         body["invocation_id"] = invocation_id or new_id("inv")
+        if if_offline != "wait":
+            body["if_offline"] = if_offline
         extra = {"session_id": session_id, "run_id": run_id}
         body |= {key: value for key, value in extra.items() if value is not None}
         answer = await self._json(

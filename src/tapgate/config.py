@@ -114,6 +114,7 @@ class Settings(BaseSettings):
     # (uvicorn's own default is also 5: the two raced, and a request met a connection as the server
     # closed it); tapgate's clients also send such a request once more (tapgate.dropped).
     keep_alive_seconds: float = Field(10, ge=0, le=300)
+    redelivery_seconds: float = Field(30.0, ge=0, le=3600)
     triage_idle_seconds: int = Field(3600, ge=60, le=7 * 86_400)
     not_me_cooldown_seconds: int = Field(1200, ge=0, le=7 * 86_400)
     require_device_signature: bool = False

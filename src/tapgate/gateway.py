@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -12,6 +12,7 @@ from tapgate.domain.console import ConsoleSession, SignIn
 from tapgate.domain.devices import Device
 from tapgate.domain.errors import Unauthenticated
 from tapgate.domain.events import Event
+from tapgate.domain.frames import DeviceResult
 from tapgate.domain.inbox import Approval
 from tapgate.domain.invocations import Invocation
 from tapgate.domain.pairing import Pairing
@@ -31,6 +32,7 @@ from tapgate.services import (
     ingesting,
     invoking,
     journal,
+    linking,
     notices,
     pairings,
     passkeys,
@@ -404,6 +406,18 @@ class Gateway:
     async def hold_link(self, caller: DeviceCaller, seconds: float | None) -> None:
         """Mark the device's live link held for ``seconds`` more (None: the link closed)."""
         await devices.hold_link(self.store, self.clock, caller, seconds)
+
+    def device_link(self, caller: DeviceCaller, token: str) -> AsyncGenerator[dict[str, Any], None]:
+        """The frames of the device's live link (calls, approvals, then ``device:revoked`` once it is
+        removed), revalidating the device by its token on every wake; the link is held (online) while
+        the iterator runs."""
+        devices.require_device_scope(caller, Scope.DEVICE_READ)
+        return linking.frames(self.ctx, caller, lambda: self.authenticate_device(token), self.links)
+
+    async def link_result(self, caller: DeviceCaller, frame: DeviceResult) -> dict[str, Any]:
+        """Take a ``device:result`` frame; the ``device:ack`` that says what became of it."""
+        devices.require_device_scope(caller, Scope.DEVICE_WRITE)
+        return await linking.acknowledge(self.ctx, caller, frame)
 
     # approvals
 

@@ -80,6 +80,9 @@ class Devices(Protocol):
 
     async def count_live(self, user_id: str) -> int: ...
 
+    async def ever(self, user_id: str, device_id: str) -> bool:
+        """Whether the user has or had a device of that id (a revoked one counts)."""
+
     async def set_capabilities(self, device_uid: str, capabilities: Sequence[Declared]) -> None:
         """Replace the device's declared capabilities and their grants."""
 
@@ -130,7 +133,8 @@ class Invocations(Protocol):
         """The device's pending and awaiting-approval invocations."""
 
     async def mark_delivered(self, invocation_ids: Sequence[str], at: datetime) -> None:
-        """Note that these were handed to their device (first time only)."""
+        """Note that these were handed to their device now (the long-poll hands them again only after
+        ``redelivery_seconds``)."""
 
     async def resolve(self, invocation: Invocation) -> bool:
         """Store ``invocation``'s terminal state if the row is still open; False if another answer won."""

@@ -240,6 +240,9 @@ class InvocationBody(Request):
     origin: Literal["owner", "untrusted"] = "owner"
     shadow: bool = False
     wait: float = Field(0, ge=0, le=300, description="Seconds to hold the request for the answer")
+    if_offline: Literal["wait", "fail"] = Field(
+        "wait", description="fail: answer unavailable at once when the device is offline"
+    )
 
 
 class ResultView(BaseModel):
@@ -259,6 +262,9 @@ class InvocationView(BaseModel):
     reason: str | None
     created_at: str
     resolved_at: str | None
+    device_online: bool | None = Field(
+        None, description="The device has a live link or a push route now (null: no such device)"
+    )
 
 
 class DeviceInvocation(BaseModel):

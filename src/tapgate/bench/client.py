@@ -105,6 +105,9 @@ class Device:
             assert self._link is not None
             self._link.send_text(_result_body(frame["callId"]))
             self.answered += 1
+        elif frame.get("type") == "device:ack":
+            if frame.get("status") != "accepted":
+                self.errors[f"ack {frame.get('status')}"] += 1
         else:
             self.errors[f"frame {frame.get('type')}"] += 1
 

@@ -216,10 +216,13 @@ def create_app(durable: Durable | None = None) -> Starlette:
                     return
                 if isinstance(frame, dict) and frame.get("type") == "device:result":
                     call, status = str(frame.get("callId")), str(frame.get("status"))
-                    if floor.answer(device, call, status, frame.get("message")) == 200:
+                    code = floor.answer(device, call, status, frame.get("message"))
+                    if code == 200:
                         if store is not None:
                             await store.answered(call, status, frame.get("message"))
                         floor.settle(call)
+                    acked = {200: "accepted", 409: "duplicate"}.get(code, "unknown")
+                    await ws.send_text(json.dumps({"type": "device:ack", "callId": call, "status": acked}))
 
         tasks = {asyncio.create_task(send()), asyncio.create_task(receive())}
         try:

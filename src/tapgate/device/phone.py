@@ -2,11 +2,12 @@
 
 One ``Phone`` runs four tasks on one event loop:
 
-- the **link** keeps a WebSocket to ``/v1/device/connect`` open (``device:invoke`` frames in,
-  ``device:result`` frames out); when the WebSocket cannot be opened it long-polls
-  ``GET /v1/device/invocations?wait=`` instead and tries the WebSocket again later; when the link drops it
-  reconnects after an exponential, capped back-off;
-- the **inbox** long-polls ``GET /v1/inbox?wait=`` for approvals;
+- the **link** keeps a WebSocket to ``/v1/device/connect`` open (``device:invoke`` and
+  ``device:approval`` frames in, ``device:result`` frames out, each answered by a ``device:ack``); when
+  the WebSocket cannot be opened it long-polls ``GET /v1/device/invocations?wait=`` instead and tries the
+  WebSocket again later; when the link drops it reconnects after an exponential, capped back-off;
+- the **inbox** long-polls ``GET /v1/inbox?wait=`` for approvals while there is no WebSocket link (the
+  link brings them live);
 - two **workers**, one for calls and one for approvals, show each as a card and ask the decider (one card
   on screen at a time), carry out a call with its handler (or simulate it) and post the answer, or sign a
   decision with the device key and post it.
@@ -311,6 +312,9 @@ class Phone:
         self._unconfirmed: OrderedDict[str, tuple[str, str | None]] = OrderedDict()  # sent over the link
         self._seen_requests = _Recent()
         self._link: Link | None = None
+        # Set once the phone is off the WebSocket (long-polling, or between links): the inbox long-polls
+        # then; on a link, approvals arrive as device:approval frames.
+        self._unlinked = asyncio.Event()
         self._mode = ""
         self._waiting_for_consent = False
         self._turn = asyncio.Lock()  # one card and its question on screen at a time
@@ -377,6 +381,7 @@ class Phone:
             if cannot is not None and self._mode != "long-poll":
                 self._screen.note(f"The WebSocket cannot connect ({cannot}); long-polling instead.")
             self._mode = "long-poll"
+            self._unlinked.set()
             try:
                 await self._poll_once()
             except _Unreachable as e:
@@ -398,11 +403,16 @@ class Phone:
             except _CONNECT_ERRORS as e:
                 raise _CannotConnect(_describe(e)) from e
             opened_at = self._clock()
-            if self._mode != "websocket":
-                self._screen.note("Connected over the WebSocket.")
-            self._mode = "websocket"
             self._link = link
             try:
+                # The gateway accepts every upgrade and refuses a bad token after it: ask before saying
+                # the link is up (401 raises Revoked, 403 is a pairing awaiting consent).
+                if await self._awaiting_consent():
+                    return opened_at, True
+                if self._mode != "websocket":
+                    self._screen.note("Connected over the WebSocket.")
+                self._mode = "websocket"
+                self._unlinked.clear()
                 await self._serve(link)
             except ConnectionClosed as e:
                 code = e.rcvd.code if e.rcvd is not None else None
@@ -413,6 +423,7 @@ class Phone:
                     return opened_at, await self._awaiting_consent()
             finally:
                 self._link = None
+                self._unlinked.set()
         return opened_at, False
 
     async def _serve(self, link: Link) -> None:
@@ -429,16 +440,40 @@ class Phone:
                 call = Call.read(frame)
                 if call is not None:
                     self._offer(call)
+            elif kind == "device:approval":
+                approval = frame.get("approval")
+                request = Request.read(approval) if isinstance(approval, Mapping) else None
+                if request is not None:
+                    self._offer_request(request)
             elif kind == "device:revoked":
                 raise Revoked(REVOKED_MESSAGE)
-            elif kind == "device:error":
+            elif kind == "device:ack":
+                self._acknowledged(frame)
+            elif kind == "device:error":  # a gateway from before device:ack
                 self._link_error(frame)
+
+    def _acknowledged(self, frame: Mapping[str, Any]) -> None:
+        """The gateway says what became of an answer sent over the link; only ``accepted`` is silent."""
+        if frame.get("status") == "accepted":
+            call_id = str(frame.get("callId", ""))
+            self._unconfirmed.pop(call_id, None)
+            self._finished.add(call_id)
+        else:
+            self._link_error(frame)
 
     def _link_error(self, frame: Mapping[str, Any]) -> None:
         call_id = str(frame.get("callId", ""))
         self._unconfirmed.pop(call_id, None)
         self._finished.add(call_id)
         self._screen.note(f"The gateway did not take the answer to {call_id}: {frame.get('message', '')}")
+
+    def _offer_request(self, request: Request) -> bool:
+        """Queue an approval unless it was shown already; True if queued."""
+        if request.id in self._seen_requests:
+            return False
+        self._seen_requests.add(request.id)
+        self._requests.put_nowait(request)
+        return True
 
     async def _awaiting_consent(self) -> bool:
         """After the link refused the token: True while the pairing waits for consent. Raises Revoked."""
@@ -498,6 +533,7 @@ class Phone:
         failures = 0
         timeout = httpx.Timeout(10.0, read=self._poll_wait + 10.0)
         while True:
+            await self._unlinked.wait()  # on a WebSocket link, approvals arrive as device:approval
             self._requests_settled.clear()
             try:
                 r = await self._http.get(
@@ -517,9 +553,7 @@ class Phone:
             fresh = 0
             for item in items:
                 request = Request.read(item)
-                if request is not None and request.id not in self._seen_requests:
-                    self._seen_requests.add(request.id)
-                    self._requests.put_nowait(request)
+                if request is not None and self._offer_request(request):
                     fresh += 1
             if items and not fresh:
                 await self._until_settled(self._requests_settled)

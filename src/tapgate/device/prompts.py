@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from rich.console import Console
+from rich.markup import escape
 
 from tapgate.device.phone import (
     Answer,
@@ -45,8 +46,8 @@ class Ask:
         self.console = console
 
     def _input(self, prompt: str) -> str | None:
-        try:
-            return self.console.input(prompt).strip()
+        try:  # escaped: rich would read "[y]" as markup and drop the key letters
+            return self.console.input(escape(prompt)).strip()
         except EOFError:
             return None
 

@@ -175,6 +175,14 @@ class Device:
     def with_capabilities(self, capabilities: Sequence[Declared]) -> Device:
         return replace(self, capabilities=tuple(capabilities))
 
+    def live(self, now: datetime) -> bool:
+        """A live link (a WebSocket) holds now."""
+        return self.link_until is not None and self.link_until > now
+
+    def reachable(self, now: datetime) -> bool:
+        """Online as the agent reads it (``device_online``): a live link, or a push route to wake it."""
+        return self.live(now) or self.push is not None
+
 
 def check_device_id(value: object, field: str = "device_id") -> str:
     if not isinstance(value, str):

@@ -3,15 +3,20 @@
 Device → server: ``device:auth`` {deviceId, token}; ``device:result`` {callId, status, message?} (the
 ``ok: true|false`` with ``result``/``error`` form is read as done/failed); ``device:event`` {capability,
 data}. Server → device: ``device:invoke`` (with the call's ``binding_code`` when it was approved first, so
-the card repeats the code the agent sees), ``device:revoked``. Anything else is dropped.
+the card repeats the code the agent sees), ``device:approval`` {approval} (the inbox item, live),
+``device:ack`` {callId, status} (what became of a ``device:result``),
+``device:revoked`` (``device:notice`` is reserved: notices reach a device by push only, so far). Anything
+else is dropped.
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any
 
+from tapgate.domain.inbox import Approval
 from tapgate.domain.invocations import Invocation
 
 MAX_FRAME = 64 * 1024
@@ -87,17 +92,63 @@ def _result(data: dict[str, Any]) -> DeviceResult | None:
     return DeviceResult(call_id, status, message)
 
 
-def invoke_frame(invocation: Invocation, summary: str | None) -> dict[str, Any]:
+def summary_of(invocation: Invocation) -> str | None:
+    """The one-line summary a ``phone_actions`` call carries for its card; None for any other call."""
+    summary = invocation.arguments.get("summary") if invocation.capability == "phone_actions" else None
+    return summary if isinstance(summary, str) else None
+
+
+def invoke_frame(invocation: Invocation, summary: str | None = None) -> dict[str, Any]:
     return {
         "type": "device:invoke",
         "callId": invocation.invocation_id,
         "tool": invocation.tool,
         "capability": invocation.capability,
         "input": dict(invocation.arguments),
-        "summary": summary,
+        "summary": summary if summary is not None else summary_of(invocation),
         "expires_at": invocation.expires_at.isoformat(),
         "binding_code": invocation.binding_code,
     }
+
+
+def approval_item(approval: Approval) -> dict[str, Any]:
+    """An approval as the device reads it: the inbox item of ``GET /v1/inbox``, and what it signs."""
+    return {
+        "id": approval.approval_id,
+        "kind": approval.kind,
+        "subject": approval.subject,
+        "prompt": approval.prompt,
+        "preview": dict(approval.preview),
+        "sign": approval.sign.as_json(),
+        "binding_code": approval.binding_code,
+        "created_at": approval.created_at.isoformat(),
+        "expires_at": approval.expires_at.isoformat(),
+    }
+
+
+def approval_frame(approval: Approval) -> dict[str, Any]:
+    return {"type": "device:approval", "approval": approval_item(approval)}
+
+
+class Ack(StrEnum):
+    """What became of a ``device:result``: the words of ``device:ack``'s ``status``."""
+
+    ACCEPTED = "accepted"  # taken: the call is answered
+    DUPLICATE = "duplicate"  # answered already; the first answer stands (``first`` says which)
+    EXPIRED = "expired"  # too late: kept as a late report
+    UNKNOWN = "unknown"  # not this device's call, or no such call
+    INVALID = "invalid"  # a status that is not one of the answer words
+
+
+def ack_frame(
+    call_id: str, status: Ack, message: str | None = None, first: str | None = None
+) -> dict[str, Any]:
+    frame: dict[str, Any] = {"type": "device:ack", "callId": call_id, "status": status.value}
+    if message is not None:
+        frame["message"] = message
+    if first is not None:
+        frame["first"] = first
+    return frame
 
 
 REVOKED_FRAME = {"type": "device:revoked"}

@@ -54,7 +54,15 @@ def describe(call: Invocation) -> str:
         )
     if call.status == "pending":
         approved = " The person approved it;" if call.binding_code else ""
-        return f"{approved} The device has not answered yet (invocation {call.id}). {later(call)}".lstrip()
+        offline = (
+            " The device is offline (no live link, no push route): it gets the call when it comes back, "
+            "if that is before the call expires."
+            if call.device_online is False
+            else ""
+        )
+        return (
+            f"{approved} The device has not answered yet (invocation {call.id}).{offline} {later(call)}"
+        ).lstrip()
     if call.result is not None:
         return call.result.text
     return f"The call ended {call.status}."

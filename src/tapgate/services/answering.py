@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 
 from tapgate import faults
 from tapgate.domain.audit import AuditRecord
@@ -37,23 +38,28 @@ class AlreadyAnswered(Conflict):
 
 
 async def pending(ctx: Context, caller: DeviceCaller, wait: float = 0) -> Sequence[Invocation]:
-    """The device's pending invocations, waiting up to ``wait`` seconds for one to arrive."""
+    """The long-poll: the device's pending invocations it does not hold, waiting up to ``wait`` seconds
+    for one. A call handed to the device is handed again only ``redelivery_seconds`` later, so a device
+    that holds its work waits here instead of spinning."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + max(0.0, min(wait, 60.0))
     tenant, uid = caller.principal.tenant_id, caller.device.device_uid
     with ctx.wake.subscribe(device_key(tenant, uid)) as woken:
         while True:
             woken.clear()
-            found = await take_pending(ctx, caller)
+            found, held_until = await _take(ctx, caller, fresh_only=True)
             left = deadline - loop.time()
             if found or left <= 0:
                 return found
+            if held_until is not None:  # wake when the first held call may be handed again
+                left = min(left, max(0.0, (held_until - ctx.clock.now()).total_seconds()) + 0.01)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(woken.wait(), timeout=wait_slice(ctx, left))
 
 
 async def take_pending(ctx: Context, caller: DeviceCaller) -> list[Invocation]:
-    """Pending invocations not yet overdue. A device with a push target has them marked as handed over
+    """Every pending invocation not yet overdue, held or not (what a live link sends; the link itself
+    remembers what it sent). A device with a push target has them marked as handed over
     (so its push for them is withheld); for any other device the fetch writes nothing, since nothing
     reads the mark but the push worker."""
     now = ctx.clock.now()
@@ -67,6 +73,29 @@ async def take_pending(ctx: Context, caller: DeviceCaller) -> list[Invocation]:
         if fresh and caller.device.push is not None:
             await uow.invocations.mark_delivered(fresh, now)
     return found
+
+
+async def _take(
+    ctx: Context, caller: DeviceCaller, fresh_only: bool
+) -> tuple[list[Invocation], datetime | None]:
+    """The pending calls to hand over now, and when the first one held back may be handed again."""
+    now = ctx.clock.now()
+    again = timedelta(seconds=ctx.limits.redelivery_seconds)
+    found: list[Invocation] = []
+    held_until: datetime | None = None
+    async with ctx.store.unit_of_work(caller.principal.tenant_id) as uow:
+        for invocation in await uow.invocations.pending_for(caller.device.device_uid, MAX_FETCH):
+            if invocation.due(now):
+                continue
+            handed = invocation.delivered_at
+            if fresh_only and handed is not None and handed + again > now:
+                until = handed + again
+                held_until = until if held_until is None else min(held_until, until)
+                continue
+            found.append(invocation)
+        if found:
+            await uow.invocations.mark_delivered([i.invocation_id for i in found], now)
+    return found, held_until
 
 
 async def answer(

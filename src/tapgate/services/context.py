@@ -20,6 +20,7 @@ class Limits:
     require_user_verification: bool = False  # every decision carries a passkey assertion (DESIGN §22)
     invocation_poll_seconds: float = 2.0
     live_ack_seconds: float = 1.0  # how long a live link may take a call before its push goes out
+    redelivery_seconds: float = 30.0  # the long-poll hands a call it handed already only after this long
     not_me_cooldown_seconds: int = 1200  # "this wasn't me" pauses the agent's asks for this long
     triage_idle_seconds: int = 3600  # a triage session idle this long is replaced by a new one
     push_cap: int = 10  # pushes per user per window (DESIGN §7.1); past it, nothing more reaches a phone

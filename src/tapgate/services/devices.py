@@ -25,12 +25,20 @@ from tapgate.domain.devices import (
     redeclare,
 )
 from tapgate.domain.errors import Conflict, Forbidden, InvalidInput, NotFound, Unauthenticated
+from tapgate.domain.events import (
+    DEVICE_CAPABILITIES_CHANGED,
+    DEVICE_OFFLINE,
+    DEVICE_ONLINE,
+    DEVICE_PAIRED,
+    DEVICE_REVOKED,
+)
 from tapgate.domain.keys import canonical_public_key, load_public_key
 from tapgate.domain.pairing import PAIRING_TTL
 from tapgate.domain.principals import SCOPES_BY_KIND, Principal, Scope, TokenKind
 from tapgate.domain.tokens import issue_token
 from tapgate.ports import Clock, Store, UnitOfWork
 from tapgate.services.context import auth_key
+from tapgate.services.device_events import announce_device
 from tapgate.services.invoking import fail_open
 from tapgate.services.tools import announce_change, visible
 
@@ -119,6 +127,7 @@ async def enrol(
     device = new_device(caller.tenant_id, user_id, body, DeviceStatus.ACTIVE, now)
     async with store.unit_of_work(caller.tenant_id) as uow:
         token = await add_device(uow, device, max_devices, caller.actor, "device.enrolled")
+        await announce_device(uow, device, DEVICE_PAIRED, now)
         if device.granted():
             await announce_change(uow, user_id, "enrolled", now, device_id=device.device_id)
     return NewDevice(device, token)
@@ -191,6 +200,8 @@ async def set_grants(
             ),
             now,
         )
+        if changes:
+            await announce_device(uow, device, DEVICE_CAPABILITIES_CHANGED, now)
         if visible(updated) != visible(device.capabilities):
             await announce_change(uow, user_id, "grants", now, device_id=device_id)
     return device.with_capabilities(updated)
@@ -211,6 +222,8 @@ async def revoke_in(uow: UnitOfWork, device: Device, now: datetime, actor: str, 
     await uow.devices.set_status(device.device_uid, DeviceStatus.REVOKED, now)
     await uow.credentials.revoke_device(device.device_uid, now)
     uow.notify(auth_key(device.tenant_id))  # every process forgets the device's token at once
+    if device.status is DeviceStatus.ACTIVE:  # a pairing declined before it began is no device's end
+        await announce_device(uow, device, DEVICE_REVOKED, now)
     await fail_open(uow, device.device_uid, actor, now)
     await uow.journal.append(
         AuditRecord(
@@ -267,9 +280,15 @@ async def redeclare_capabilities(store: Store, clock: Clock, caller: DeviceCalle
             ),
             now,
         )
+        if _manifest(merged) != _manifest(device.capabilities):
+            await announce_device(uow, device, DEVICE_CAPABILITIES_CHANGED, now)
         if visible(merged) != visible(device.capabilities):
             await announce_change(uow, device.user_id, "capabilities", now, device_id=device.device_id)
     return device.with_capabilities(merged)
+
+
+def _manifest(declared: Sequence[Declared]) -> list[tuple[dict[str, Any], bool]]:
+    return [(d.capability.as_dict(), d.granted) for d in declared]
 
 
 def require_device_scope(caller: DeviceCaller, scope: Scope) -> None:
@@ -280,6 +299,26 @@ async def hold_link(store: Store, clock: Clock, caller: DeviceCaller, seconds: f
     until = None if seconds is None else clock.now() + timedelta(seconds=seconds)
     async with store.unit_of_work(caller.principal.tenant_id) as uow:
         await uow.devices.set_link(caller.device.device_uid, until)
+
+
+async def open_link(store: Store, clock: Clock, caller: DeviceCaller, seconds: float) -> None:
+    """A live link opened: hold it for ``seconds``; ``device.online`` when the device had none."""
+    now = clock.now()
+    async with store.unit_of_work(caller.principal.tenant_id) as uow:
+        device = await uow.devices.by_uid(caller.device.device_uid)
+        await uow.devices.set_link(caller.device.device_uid, now + timedelta(seconds=seconds))
+        if device is not None and not device.live(now):
+            await announce_device(uow, device, DEVICE_ONLINE, now)
+
+
+async def close_link(store: Store, clock: Clock, caller: DeviceCaller) -> None:
+    """A live link closed: the device is offline (``device.offline``) unless it is being removed."""
+    now = clock.now()
+    async with store.unit_of_work(caller.principal.tenant_id) as uow:
+        device = await uow.devices.by_uid(caller.device.device_uid)
+        await uow.devices.set_link(caller.device.device_uid, None)
+        if device is not None and device.status is DeviceStatus.ACTIVE:
+            await announce_device(uow, device, DEVICE_OFFLINE, now)
 
 
 async def touch(store: Store, clock: Clock, caller: DeviceCaller) -> None:

@@ -69,6 +69,10 @@ class Call:
     run_id: str | None = None
     origin: str = "owner"
     shadow: bool = False
+    if_offline: str = "wait"  # "fail": refuse at once (unavailable) when the device is offline
+
+
+IF_OFFLINE = ("wait", "fail")
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +89,7 @@ class View:
     message: str | None = None
     late_report: bool = False
     binding_code: str | None = None
+    device_online: bool | None = None  # a live link or a push route exists (None: no device was found)
 
     def as_dict(self) -> dict[str, Any]:
         result = None
@@ -99,10 +104,11 @@ class View:
             "created_at": self.created_at.isoformat(),
             "resolved_at": self.resolved_at.isoformat() if self.resolved_at else None,
             "binding_code": self.binding_code,
+            "device_online": self.device_online,
         }
 
 
-def view(invocation: Invocation) -> View:
+def view(invocation: Invocation, device_online: bool | None = None) -> View:
     text = None
     if invocation.status in (Status.DONE, Status.DECLINED, Status.FAILED, Status.EXPIRED):
         text = _text(invocation)
@@ -117,7 +123,13 @@ def view(invocation: Invocation) -> View:
         reason=invocation.reason,
         late_report=invocation.late_status is not None,
         binding_code=invocation.binding_code,
+        device_online=device_online,
     )
+
+
+async def _online(uow: UnitOfWork, invocation: Invocation, now: datetime) -> bool | None:
+    device = await uow.devices.by_uid(invocation.device_uid)
+    return None if device is None else device.status is DeviceStatus.ACTIVE and device.reachable(now)
 
 
 def _text(invocation: Invocation) -> str:
@@ -167,6 +179,8 @@ async def invoke(ctx: Context, caller: Principal, call: Call, wait: float = 0) -
         )
     if call.origin not in ("owner", "untrusted"):
         raise InvalidInput("origin", "origin must be owner or untrusted.")
+    if call.if_offline not in IF_OFFLINE:
+        raise InvalidInput("if_offline", "if_offline must be wait or fail.")
     invocation_id = call.invocation_id or new_id("inv")
     if wait <= 0:
         return (await _invoke(ctx, caller, call, arguments, invocation_id)).view
@@ -176,13 +190,16 @@ async def invoke(ctx: Context, caller: Principal, call: Call, wait: float = 0) -
         first = await _invoke(ctx, caller, call, arguments, invocation_id)
         if first.status_known is None:
             return first.view
-        return await _await_answer(ctx, caller, invocation_id, wait, answered, first.status_known)
+        return await _await_answer(
+            ctx, caller, invocation_id, wait, answered, first.status_known, first.online
+        )
 
 
 @dataclass(frozen=True, slots=True)
 class _Invoked:
     view: View
     status_known: Invocation | None  # the row as this call wrote or found it; None: refused
+    online: bool | None  # whether its device had a live link or a push route then
 
 
 async def _invoke(
@@ -196,13 +213,25 @@ async def _invoke(
             existing = await uow.invocations.get(invocation_id) if call.invocation_id else None
             if existing is not None:
                 delivered = _replayed(existing, caller, digest)
+                online = await _online(uow, delivered, now)
             else:
                 try:
-                    delivered = await _chain(ctx, uow, caller, call, arguments, invocation_id, digest, now)
+                    delivered, online = await _chain(
+                        ctx, uow, caller, call, arguments, invocation_id, digest, now
+                    )
                 except _Refusal as refusal:
                     await _journal_refusal(uow, caller, call, invocation_id, refusal, now)
-                    refused = View(invocation_id, call.tool, refusal.status, now, now, reason=refusal.reason)
-                    return _Invoked(refused, None)
+                    known = refusal.device
+                    refused = View(
+                        invocation_id,
+                        call.tool,
+                        refusal.status,
+                        now,
+                        now,
+                        reason=refusal.reason,
+                        device_online=known.reachable(now) if known is not None else None,
+                    )
+                    return _Invoked(refused, None, None)
                 faults.crash_point("invoke.before_commit")
     except Conflict:
         if call.invocation_id is None:
@@ -210,11 +239,12 @@ async def _invoke(
         # A replay that raced the first call: the first one's row decides (gate G2).
         async with ctx.store.unit_of_work(caller.tenant_id) as uow:
             existing = await uow.invocations.get(invocation_id)
+            online = await _online(uow, existing, now) if existing is not None else None
         if existing is None:
             raise
         delivered = _replayed(existing, caller, digest)
     faults.crash_point("invoke.after_commit")
-    return _Invoked(view(delivered), delivered)
+    return _Invoked(view(delivered, online), delivered, online)
 
 
 def _replayed(existing: Invocation, caller: Principal, digest: str) -> Invocation:
@@ -233,7 +263,8 @@ async def _chain(
     invocation_id: str,
     digest: str,
     now: datetime,
-) -> Invocation:
+) -> tuple[Invocation, bool]:
+    """The check chain; the call as written, and whether its device is online (``device_online``)."""
     assert caller.user_id is not None
     # 1. The device channel is on.
     if not ctx.device_channel:
@@ -245,12 +276,14 @@ async def _chain(
     session = await uow.sessions.get(caller.user_id, call.session_id) if call.session_id else None
     if session is not None and session.agent_id not in ("", caller.agent_id):
         session = None
-    device, capability = await _resolve(uow, caller.user_id, call.tool, session)
+    device, capability = await _resolve(uow, caller.user_id, call, session)
     # 3. The person granted it; no rule can lift this.
     declared = device.declared(capability.name)
     if declared is None or not declared.granted:
         raise _deny(
-            f"the person has not granted {capability.name} on {device.device_id}", device, capability.name
+            f"capability not granted: the person has not granted {capability.name} on {device.device_id}",
+            device,
+            capability.name,
         )
     # 4. Available: phone_action needs an attended session whose latest message came from this phone.
     if capability.name == PHONE_ACTIONS and not _phone_available(session, device):
@@ -282,6 +315,16 @@ async def _chain(
         check_outbound(strings_in(payload))
     except SecretRefused as e:
         raise _Refusal(Status.REFUSED, e.message, device, capability.name) from None
+    # 7b. Offline: the agent asked not to wait for a device that has no live link and no push route.
+    online = device.reachable(now)
+    if call.if_offline == "fail" and not online:
+        raise _Refusal(
+            Status.UNAVAILABLE,
+            f"[deny] device offline: {device.device_id} has no live link and no push route now; "
+            "try again later, or call without if_offline=fail to wait for it",
+            device,
+            capability.name,
+        )
     # 8. Ask: the person decides on a device, with a signature; the call waits for it.
     ask = decision.verdict is Verdict.ASK or capability.confirm
     if ask or capability.name in CONFIRMED_ON_DEVICE:
@@ -301,9 +344,10 @@ async def _chain(
         )
         if decision.verdict is Verdict.ASK:  # the agent reads which rule asks the person
             waiting = replace(waiting, reason=f"[policy] {decision.reason}")
-        return await open_approval(
+        opened = await open_approval(
             ctx, uow, caller, waiting, device, capability, approvers, decision.rule, now, decision.line
         )
+        return opened, online
     # 10. Deliver: the pending row, its journal entry and its wake-up, in one transaction.
     invocation = _new_invocation(
         ctx, caller, call, device, capability, payload, invocation_id, digest, now, origin
@@ -319,7 +363,7 @@ async def _chain(
         ),
         now,
     )
-    return invocation
+    return invocation, online
 
 
 def _new_invocation(
@@ -381,34 +425,43 @@ async def deliver(
 
 
 async def _resolve(
-    uow: UnitOfWork, user_id: str, tool: str, session: Session | None
+    uow: UnitOfWork, user_id: str, call: Call, session: Session | None
 ) -> tuple[Device, Capability]:
-    if tool == PHONE_ACTION:
-        device = (
-            await uow.devices.by_uid(session.phone_device_uid)
-            if session and session.phone_device_uid
-            else None
-        )
-        if (
-            device is None
-            or device.status is not DeviceStatus.ACTIVE
-            or device.declared(PHONE_ACTIONS) is None
-        ):
-            raise _deny("unknown tool")
+    """The device and capability a tool name means, or the refusal that says what is wrong with it:
+    ``unknown tool`` only for a name that never existed for this person."""
+    if call.tool == PHONE_ACTION:
+        if call.session_id is None:
+            raise _deny("phone_action needs a session_id: the session the person's message came in")
+        if session is None:
+            raise _deny(f"unknown session: this agent has no session {call.session_id!r}")
+        device = await uow.devices.by_uid(session.phone_device_uid) if session.phone_device_uid else None
+        if device is None or device.declared(PHONE_ACTIONS) is None:
+            raise _Refusal(Status.UNAVAILABLE, f"[deny] {phone_action.unavailable_text()}")
+        _usable(device)
         declared = device.declared(PHONE_ACTIONS)
         assert declared is not None
         return device, declared.capability
     try:
-        name = ToolName.parse(tool)
+        name = ToolName.parse(call.tool)
     except InvalidInput:
         raise _deny("unknown tool") from None
-    device = await uow.devices.get(user_id, name.device_id)
-    declared = device.declared(name.capability) if device else None
-    if device is None or device.status is not DeviceStatus.ACTIVE or declared is None:
+    found = await uow.devices.get(user_id, name.device_id)
+    if found is None:
+        if await uow.devices.ever(user_id, name.device_id):
+            raise _deny(f"device revoked: the person removed {name.device_id}; its tools are gone")
         raise _deny("unknown tool")
-    if name.capability == PHONE_ACTIONS:  # the session tool is never a device__ tool
+    _usable(found)
+    declared = found.declared(name.capability)
+    if declared is None or name.capability == PHONE_ACTIONS:  # the session tool is never a device__ tool
         raise _deny("unknown tool")
-    return device, declared.capability
+    return found, declared.capability
+
+
+def _usable(device: Device) -> None:
+    if device.status is DeviceStatus.REVOKED:
+        raise _deny(f"device revoked: the person removed {device.device_id}; its tools are gone", device)
+    if device.status is not DeviceStatus.ACTIVE:
+        raise _deny(f"device not paired yet: {device.device_id} waits for the person to confirm it", device)
 
 
 def _phone_available(session: Session | None, device: Device) -> bool:
@@ -523,6 +576,7 @@ async def _await_answer(
     wait: float,
     answered: asyncio.Event,
     known: Invocation | None = None,
+    known_online: bool | None = None,
 ) -> View:
     """Wait on ``answered`` (subscribed before ``known`` was read, if given) for the invocation's end."""
     wait = max(0.0, min(float(wait), MAX_WAIT))
@@ -530,32 +584,34 @@ async def _await_answer(
     deadline = loop.time() + wait
     while True:
         if known is not None:
-            invocation, known = known, None
+            invocation, online, known = known, known_online, None
         else:
             answered.clear()
-            invocation = await _read(ctx, caller, invocation_id)
+            invocation, online = await _read(ctx, caller, invocation_id)
         if not invocation.status.open:
-            return view(invocation)
+            return view(invocation, online)
         now = ctx.clock.now()
         if invocation.due(now):
-            return view(await expire(ctx, invocation, now))
+            return view(await expire(ctx, invocation, now), online)
         left = deadline - loop.time()
         if left <= 0:
-            return view(invocation)
+            return view(invocation, online)
         until_due = (invocation.expires_at - now).total_seconds()
         faults.crash_point("result.waiting")
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(answered.wait(), timeout=wait_slice(ctx, min(left, until_due)) + 0.001)
 
 
-async def _read(ctx: Context, caller: Principal, invocation_id: str) -> Invocation:
+async def _read(ctx: Context, caller: Principal, invocation_id: str) -> tuple[Invocation, bool | None]:
+    """The caller's invocation, and whether its device is online now."""
     async with ctx.store.unit_of_work(caller.tenant_id) as uow:
         invocation = await uow.invocations.get(invocation_id)
-    if invocation is None or invocation.user_id != caller.user_id:
-        raise NotFound(f"There is no invocation {invocation_id!r}.")
-    if caller.kind is TokenKind.AGENT and invocation.agent_id != (caller.agent_id or ""):
-        raise NotFound(f"There is no invocation {invocation_id!r}.")  # another agent's: never told apart
-    return invocation
+        if invocation is None or invocation.user_id != caller.user_id:
+            raise NotFound(f"There is no invocation {invocation_id!r}.")
+        if caller.kind is TokenKind.AGENT and invocation.agent_id != (caller.agent_id or ""):
+            raise NotFound(f"There is no invocation {invocation_id!r}.")  # another agent's: never told apart
+        online = await _online(uow, invocation, ctx.clock.now())
+    return invocation, online
 
 
 async def expire(ctx: Context, invocation: Invocation, now: datetime) -> Invocation:

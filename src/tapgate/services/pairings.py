@@ -10,6 +10,7 @@ from typing import Any
 from tapgate.domain.audit import AuditRecord
 from tapgate.domain.devices import Device, DeviceStatus, apply_grants
 from tapgate.domain.errors import Conflict, Forbidden, Gone, NotFound
+from tapgate.domain.events import DEVICE_PAIRED
 from tapgate.domain.inbox import ApprovalStatus
 from tapgate.domain.pairing import (
     ComparisonMismatch,
@@ -24,6 +25,7 @@ from tapgate.domain.principals import Principal, TokenKind
 from tapgate.domain.vouching import NEEDS_OPERATOR, WHERE_TO_APPROVE
 from tapgate.ports import Clock, Store, UnitOfWork
 from tapgate.services.context import auth_key
+from tapgate.services.device_events import announce_device
 from tapgate.services.devices import add_device, new_device, revoke_in
 from tapgate.services.tools import announce_change
 from tapgate.services.vouching import announce_paired, close_pair_approvals, open_pair_approval, vouchers
@@ -227,6 +229,7 @@ async def confirm(
         data={"device_id": device.device_id, "granted": granted, "consent": consent_by},
     )
     await uow.journal.append(record, now)
+    await announce_device(uow, device, DEVICE_PAIRED, now)
     await close_pair_approvals(uow, device.user_id, device.device_id, ApprovalStatus.APPROVED, actor, now)
     await announce_paired(uow, device, now)
     if device.granted():

@@ -329,6 +329,7 @@ function startHome() {
     connected: () => refresh(),
     pending: (list) => reconcileInvocations(list, null),
     invoke: addInvocation,
+    approval: addApproval,
     gone: () => leave("This phone was removed from your gateway. To use it again, start a new pairing."),
   });
   link.start();

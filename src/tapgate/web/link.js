@@ -1,7 +1,7 @@
 // The device's link to the gateway: a WebSocket first (authenticated by a first device:auth frame, as a
 // browser cannot set headers on one), long-polling when WebSockets do not get through, reconnecting with
 // back-off. Every (re)connect fetches all that is pending, so nothing depends on a frame or a push
-// arriving: they only make it sooner.
+// arriving: they only make it sooner. On the WebSocket, approvals arrive live too (device:approval).
 
 import { request } from "./api.js";
 
@@ -13,7 +13,7 @@ const STABLE_MS = 10000; // a link that lasted this long resets the back-off
 const MAX_BACKOFF_MS = 30000;
 
 export class DeviceLink {
-  /** handlers: state(word), connected(), pending(list), invoke(invocation), gone(). */
+  /** handlers: state(word), connected(), pending(list), invoke(invocation), approval(item), gone(). */
   constructor(device, handlers) {
     this.device = device;
     this.handlers = handlers;
@@ -101,6 +101,8 @@ export class DeviceLink {
             expires_at: frame.expires_at,
             binding_code: frame.binding_code ?? null,
           });
+        } else if (frame.type === "device:approval" && frame.approval && typeof frame.approval.id === "string") {
+          this.handlers.approval(frame.approval);
         } else if (frame.type === "device:revoked") {
           this.gone();
         }

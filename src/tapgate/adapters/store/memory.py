@@ -242,6 +242,9 @@ class _Devices(_Repo):
     async def by_uid(self, device_uid: str) -> Device | None:
         return self.state.devices.get((self.tenant_id, device_uid))
 
+    async def ever(self, user_id: str, device_id: str) -> bool:
+        return any(d.user_id == user_id and d.device_id == device_id for d in self._mine())
+
     async def list(self, user_id: str) -> Sequence[Device]:
         return [d for d in self._mine() if d.user_id == user_id and d.status is not DeviceStatus.REVOKED]
 
@@ -366,7 +369,7 @@ class _Invocations(_Repo):
         for invocation_id in invocation_ids:
             key = (self.tenant_id, invocation_id)
             found = self.state.invocations.get(key)
-            if found is not None and found.delivered_at is None:
+            if found is not None:
                 self.state.invocations[key] = replace(found, delivered_at=at)
 
     async def resolve(self, invocation: Invocation) -> bool:

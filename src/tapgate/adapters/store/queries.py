@@ -70,7 +70,6 @@ MARK_DELIVERED = (
     .where(
         _inv.tenant_id == _tenant,
         _inv.invocation_id.in_(bindparam("ids", expanding=True)),
-        _inv.delivered_at.is_(None),
     )
     .values(delivered_at=bindparam("at"))
 )

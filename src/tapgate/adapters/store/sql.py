@@ -412,6 +412,15 @@ class _Devices(_Repo):
     async def list(self, user_id: str) -> Sequence[Device]:
         return await self._load(q.LIVE_DEVICES, user=user_id)
 
+    async def ever(self, user_id: str, device_id: str) -> bool:
+        c = t.devices.c
+        found = await self.conn.scalar(
+            select(c.device_uid)
+            .where(c.tenant_id == self.tenant_id, c.user_id == user_id, c.device_id == device_id)
+            .limit(1)
+        )
+        return found is not None
+
     async def count_live(self, user_id: str) -> int:
         c = t.devices.c
         count = await self.conn.scalar(

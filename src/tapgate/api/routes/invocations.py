@@ -23,6 +23,7 @@ async def invoke(body: InvocationBody, caller: Caller, gw: GatewayDep) -> Invoca
         run_id=body.run_id,
         origin=body.origin,
         shadow=body.shadow,
+        if_offline=body.if_offline,
     )
     return InvocationView.model_validate((await gw.invoke(caller, call, body.wait)).as_dict())
 

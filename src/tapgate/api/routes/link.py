@@ -1,11 +1,10 @@
-"""The device's live link: a WebSocket carrying the frames of DESIGN §3.4.
+"""The device's live link: a WebSocket carrying the frames of DESIGN §3.4 and §18.
 
 The device authenticates with its token in the upgrade's Authorization header or in a first
-``device:auth`` frame. The server sends every pending invocation as ``device:invoke`` at once and each
-new one the moment it is written (in any process), revalidates the device on every wake (new work, or a
-change to its tenant's credentials, relayed by ``services/links.py``), and sends ``device:revoked``
-before closing a removed device's link. Malformed frames are dropped and counted. An idle link does
-nothing: no timer revalidates it, and its hold is renewed with every other link of the process in batches.
+``device:auth`` frame. What the server sends comes from the gateway (``Gateway.device_link``: calls,
+approvals, ``device:revoked``); each ``device:result`` is answered with the gateway's ``device:ack``.
+Malformed frames are dropped and counted. An idle link does nothing: no timer revalidates it, and its
+hold is renewed with every other link of the process in batches (``services/links.py``).
 """
 
 from __future__ import annotations
@@ -20,17 +19,14 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from tapgate.api.errors import error_response
 from tapgate.api.streams import RETRY_AFTER_SECONDS, StreamSlots
-from tapgate.api.views import device_invocation
 from tapgate.domain.errors import RateLimited, TapgateError
 from tapgate.domain.frames import REVOKED_FRAME, DeviceAuth, DeviceEvent, DeviceResult, parse_frame
 from tapgate.gateway import Gateway
-from tapgate.services.context import device_key, wait_slice
 from tapgate.services.devices import DeviceCaller
 
 router = APIRouter()
 log = logging.getLogger(__name__)
 AUTH_SECONDS = 10.0
-LINK_SECONDS = 60.0  # the hold written at connect; services/links.py renews it while the link is open
 UNAUTHORIZED = 4401
 REVOKED = 4403
 TOO_MANY = 4429
@@ -156,9 +152,9 @@ class DeviceLink:
         self.caller = caller
         self.metrics = metrics
         self.token = token
+        self.close_code = 1000
 
     async def run(self) -> None:
-        await self.gateway.hold_link(self.caller, LINK_SECONDS)
         sending = asyncio.create_task(self._send())
         receiving = asyncio.create_task(self._receive())
         lapsing = asyncio.create_task(self.gateway.token_lapses(self.token))
@@ -174,45 +170,17 @@ class DeviceLink:
             for task in (sending, receiving, lapsing):
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
-            with contextlib.suppress(TapgateError):
-                await self.gateway.hold_link(self.caller, None)
-            await _close(self.ws, 1000)
+            await _close(self.ws, self.close_code)
 
     async def _send(self) -> None:
-        tenant, uid = self.caller.principal.tenant_id, self.caller.device.device_uid
-        sent: set[str] = set()
-        ctx, links = self.gateway.ctx, self.gateway.links
-        with ctx.wake.subscribe(device_key(tenant, uid)) as woken, links.holding(tenant, uid, woken):
-            while True:
-                woken.clear()
-                try:
-                    self.caller = await self.gateway.authenticate_device(self.token)
-                except TapgateError:
-                    with contextlib.suppress(Exception):
-                        await self.ws.send_text(json.dumps(REVOKED_FRAME))
-                    await _close(self.ws, REVOKED)
-                    return
-                pending = await self.gateway.device_pending(self.caller)
-                for invocation in pending:
-                    if invocation.invocation_id not in sent:
-                        view = device_invocation(invocation)
-                        frame = {
-                            "type": "device:invoke",
-                            "callId": view["id"],
-                            "tool": view["tool"],
-                            "capability": view["capability"],
-                            "input": view["arguments"],
-                            "summary": view["summary"],
-                            "expires_at": view["expires_at"],
-                            "binding_code": view["binding_code"],
-                        }
-                        await self.ws.send_text(json.dumps(frame))
-                sent = {i.invocation_id for i in pending}
-                # Idle until woken; only while notifications may be missed does the link poll.
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(
-                        woken.wait(), timeout=wait_slice(ctx, LINK_SECONDS) if ctx.wake.degraded else None
-                    )
+        frames = self.gateway.device_link(self.caller, self.token)
+        try:
+            async for frame in frames:
+                if frame == REVOKED_FRAME:
+                    self.close_code = REVOKED
+                await self.ws.send_text(json.dumps(frame))
+        finally:
+            await frames.aclose()
 
     async def _receive(self) -> None:
         while True:
@@ -222,15 +190,9 @@ class DeviceLink:
                 return
             frame = parse_frame(raw) if raw is not None else None
             if isinstance(frame, DeviceResult):
-                await self._answer(frame)
+                ack = await self.gateway.link_result(self.caller, frame)
+                await self.ws.send_text(json.dumps(ack))
             elif isinstance(frame, DeviceEvent):
                 continue  # device events are accepted and not yet delivered anywhere
             else:
                 self.metrics.dropped.inc()
-
-    async def _answer(self, frame: DeviceResult) -> None:
-        try:
-            await self.gateway.device_answer(self.caller, frame.call_id, frame.status, frame.message)
-        except TapgateError as e:
-            error = {"type": "device:error", "callId": frame.call_id, "code": e.code, "message": e.message}
-            await self.ws.send_text(json.dumps(error))
