@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -15,6 +16,7 @@ from tapgate.api.errors import error_response
 from tapgate.domain.errors import Unauthenticated
 from tapgate.gateway import Gateway
 
+log = logging.getLogger(__name__)
 _HOLDING_PATHS = ("/v1/events", "/mcp")
 _GONE = "This token was revoked or has expired; ask for a new one."
 
@@ -64,16 +66,16 @@ class EndOnLapse:
         lapsing = asyncio.create_task(self.gateway.token_lapses(token))
         try:
             await asyncio.wait({serving, lapsing}, return_when=asyncio.FIRST_COMPLETED)
-            lapsed = not serving.done()
+            lapsed = not serving.done() and lapsing.done() and _ended_cleanly(lapsing)
+            if not lapsed:
+                await serving  # its answer goes out (or its error propagates); the watch is dropped
+                return
         finally:
             for task in (serving, lapsing):
                 if not task.done():
                     task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
-                await lapsing
-        if not lapsed:
-            await serving  # its answer went out (or its error propagates)
-            return
+                await asyncio.gather(lapsing, return_exceptions=True)
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await serving
         if finished:
@@ -84,3 +86,14 @@ class EndOnLapse:
                 await error_response(401, Unauthenticated.code, _GONE, headers)(scope, receive, send)
             else:
                 await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+def _ended_cleanly(task: asyncio.Task[None]) -> bool:
+    """The watch returned (the token lapsed); a watch that failed says nothing about the token."""
+    if task.cancelled():
+        return False
+    error = task.exception()
+    if error is not None:
+        log.warning("token watch failed", extra={"error": type(error).__name__})
+        return False
+    return True

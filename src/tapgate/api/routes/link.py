@@ -160,7 +160,8 @@ class DeviceLink:
         lapsing = asyncio.create_task(self.gateway.token_lapses(self.token))
         try:
             await asyncio.wait({sending, receiving, lapsing}, return_when=asyncio.FIRST_COMPLETED)
-            if lapsing.done() and not sending.done():  # revoked or expired, in this process or another
+            lapsed = lapsing.done() and not lapsing.cancelled() and lapsing.exception() is None
+            if lapsed and not sending.done():  # revoked or expired, in this process or another
                 with contextlib.suppress(Exception):
                     await self.ws.send_text(json.dumps(REVOKED_FRAME))
                 await _close(self.ws, REVOKED)
