@@ -211,10 +211,12 @@ async def test_a_gateway_whose_listener_drops_still_wakes_its_waiters(
 
 
 @pytest.mark.postgres
-async def test_a_device_revoked_on_one_gateway_fails_its_next_request_on_another(
+async def test_a_device_revoked_on_one_gateway_is_refused_on_another_within_a_second(
     two_gateways: tuple[Server, Server], postgres: PostgresDatabase
 ) -> None:
-    """Gate G7 across processes: no gateway keeps trusting a token its peer revoked."""
+    """Gate G7 across processes: no gateway keeps trusting a token its peer revoked. The revocation
+    reaches the other process's token cache by a database notification (DESIGN §15: within a second);
+    the bound here is wider only because a shared CI machine may hold the notification up."""
     a, b = two_gateways
     operator = await new_tenant(postgres.app_url)
     async with (
@@ -226,4 +228,13 @@ async def test_a_device_revoked_on_one_gateway_fails_its_next_request_on_another
             assert (await on_b.get("/v1/device/invocations", headers=bearer(lamp))).status_code == 200
         r = await on_a.delete("/v1/users/ana/devices/desk-lamp", headers=bearer(operator))
         assert r.status_code == 204
+        refused_at = None
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 10
+        while refused_at is None and loop.time() < deadline:
+            status = (await on_b.get("/v1/device/invocations", headers=bearer(lamp))).status_code
+            assert status in (200, 401), status
+            if status == 401:
+                refused_at = loop.time()
+        assert refused_at is not None, "gateway B still trusted the revoked device after 10 s"
         assert (await on_b.get("/v1/device/invocations", headers=bearer(lamp))).status_code == 401
