@@ -13,6 +13,14 @@ console_app = typer.Typer(help="The person's console at /console.", no_args_is_h
 def link(
     tenant: Annotated[str, typer.Option(help="The tenant.")],
     user: Annotated[str, typer.Option(help="The person the link signs in.")],
+    url: Annotated[
+        str | None,
+        typer.Option(
+            "--url",
+            envvar="TAPGATE_URL",
+            help="The address the person's browser reaches the gateway at (default: public_url).",
+        ),
+    ] = None,
     config: Annotated[str | None, typer.Option(help="The settings file (default: tapgate.toml).")] = None,
 ) -> None:
     """Print a one-time link that signs USER into the console (15 minutes; for a person with no phone yet)."""
@@ -25,7 +33,7 @@ def link(
 
         gateway = build_gateway(settings)
         try:
-            return await gateway.console_link(_operator(tenant), user)
+            return await gateway.console_link(_operator(tenant), user, url)
         finally:
             await gateway.close()
 

@@ -268,6 +268,27 @@ def _vouching_story(folder: Path, client: httpx.Client, user: dict[str, str]) ->
     )
 
 
+def _console_story(client: httpx.Client, config: Path) -> str:
+    """The person's console: the operator prints ana a one-time sign-in link, and it opens her devices."""
+    url = str(client.base_url).rstrip("/")
+    printed = _tapgate(
+        "console", "link", "--tenant", "default", "--user", "ana", "--url", url, "--config", str(config)
+    )
+    link = printed.stdout.strip().splitlines()[-1] if printed.stdout.strip() else ""
+    _step("tapgate console link prints ana a one-time sign-in link", printed.returncode == 0, link)
+    path = "/" + link.split("://", 1)[-1].split("/", 1)[-1]
+    signed = client.post(path, content=b"", headers={"content-type": "application/x-www-form-urlencoded"})
+    page = client.get("/console/devices", cookies=signed.cookies)
+    _step(
+        "the link signs ana into her console, which lists her devices and their grants",
+        signed.status_code == 303 and page.status_code == 200 and "Your devices" in page.text,
+        str(page.status_code),
+    )
+    again = client.post(path, content=b"", headers={"content-type": "application/x-www-form-urlencoded"})
+    _step("the same link does not sign in twice", again.status_code == 410, str(again.status_code))
+    return link
+
+
 def _first_event(client: httpx.Client, agent: dict[str, str], kind: str) -> dict[str, object]:
     with client.stream("GET", "/v1/events", headers=agent, timeout=10) as stream:
         for line in stream.iter_lines():
@@ -282,7 +303,7 @@ def run_demo(keep: bool = False) -> int:
     folder = Path(tempfile.mkdtemp(prefix="tapgate-demo-"))
     console.print(f"[bold]tapgate demo[/bold] in {folder}")
     try:
-        _story(folder)
+        link = _story(folder)
     except StepFailed as e:
         console.print(f"[red]The demo stopped at: {e}[/red]")
         return 1
@@ -293,6 +314,11 @@ def run_demo(keep: bool = False) -> int:
             shutil.rmtree(folder, ignore_errors=True)
     console.print("[bold green]Every step did what it says.[/bold green]")
     console.print(
+        f"The person's console: {link} signed ana in once, on the demo's gateway (now stopped). "
+        "On yours: tapgate serve, then tapgate console link --tenant default --user ana --url URL, or open "
+        "/console/sign-in and scan its code with the paired phone (docs/console.md)."
+    )
+    console.print(
         "[dim]One step further: with require_user_verification = true, each yes or no from the browser "
         "app also needs the person's passkey (face, fingerprint or screen lock), not only the phone's "
         "key (docs/browser-app.md).[/dim]"
@@ -300,7 +326,8 @@ def run_demo(keep: bool = False) -> int:
     return 0
 
 
-def _story(folder: Path) -> None:
+def _story(folder: Path) -> str:
+    """The whole story; the console sign-in link the operator printed for ana."""
     made = _tapgate("init", "--dir", str(folder))
     _step(
         "tapgate init writes tapgate.toml, migrates SQLite, creates tenant 'default'",
@@ -360,9 +387,11 @@ def _story(folder: Path) -> None:
         _step("the audit journal holds every decision", expected <= set(actions), f"{len(actions)} entries")
         secret_free = all(token not in r.text for token in (operator, agent, user))
         _step("no token appears in the journal", secret_free)
+        console_link = _console_story(client, config)
     verified = _tapgate("audit", "verify", "--config", str(config))
     _step(
         "tapgate audit verify finds the hash chain intact",
         verified.returncode == 0,
         verified.stdout.strip().splitlines()[-1] if verified.stdout.strip() else verified.stderr.strip(),
     )
+    return console_link

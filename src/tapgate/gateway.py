@@ -465,10 +465,11 @@ class Gateway:
         """What the console's QR code carries: the browser app opens it and asks its person."""
         return f"{self.public_url}/app/#console={sign_in.tenant_id}.{sign_in.sign_in_id}"
 
-    async def console_link(self, caller: Principal, user_id: str) -> str:
-        """A one-time link that signs ``user_id`` into the console (operator only; 15 minutes)."""
+    async def console_link(self, caller: Principal, user_id: str, base_url: str | None = None) -> str:
+        """A one-time link that signs ``user_id`` into the console (operator only; 15 minutes), on
+        ``base_url`` (default: ``public_url``)."""
         token = await console.create_link(self.ctx, caller, user_id)
-        return f"{self.public_url}/console/link/{token}"
+        return f"{(base_url or self.public_url).rstrip('/')}/console/link/{token}"
 
     async def ask_console_sign_in(self, caller: DeviceCaller, sign_in_id: str) -> Approval:
         """The phone that scanned the console's code opens the console_login approval it then signs."""

@@ -123,6 +123,8 @@ def approval_item(approval: Approval) -> dict[str, Any]:
         "binding_code": approval.binding_code,
         "created_at": approval.created_at.isoformat(),
         "expires_at": approval.expires_at.isoformat(),
+        "tool": approval.tool,
+        "arguments": dict(approval.arguments or {}),
     }
 
 

@@ -10,9 +10,10 @@ from pydantic import ValidationError
 
 from tapgate.api.auth import AnyCaller, GatewayDep
 from tapgate.api.errors import describe_validation
-from tapgate.api.schemas import ApprovalView, DecisionAnswer, DecisionRequest, Inbox, SignView
+from tapgate.api.schemas import ApprovalView, DecisionAnswer, DecisionRequest, Inbox
 from tapgate.domain.approvals import Decision
 from tapgate.domain.errors import InvalidInput, MalformedRequest
+from tapgate.domain.frames import approval_item
 from tapgate.domain.inbox import Approval
 from tapgate.services.approving import DecisionBody
 
@@ -20,19 +21,8 @@ router = APIRouter(tags=["approvals"])
 
 
 def approval_view(approval: Approval) -> ApprovalView:
-    return ApprovalView(
-        id=approval.approval_id,
-        kind=approval.kind,
-        subject=approval.subject,
-        prompt=approval.prompt,
-        preview=dict(approval.preview),
-        sign=SignView.model_validate(approval.sign.as_json()),
-        binding_code=approval.binding_code,
-        created_at=approval.created_at.isoformat(),
-        expires_at=approval.expires_at.isoformat(),
-        tool=approval.tool,
-        arguments=dict(approval.arguments or {}),
-    )
+    """The inbox item: the same object a device's link carries in ``device:approval``."""
+    return ApprovalView.model_validate(approval_item(approval))
 
 
 @router.get("/v1/inbox", response_model=Inbox, summary="Approvals waiting for the person (user or device)")
