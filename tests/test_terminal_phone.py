@@ -1051,7 +1051,7 @@ def test_run_never_says_connected_for_a_revoked_device(
 
 
 async def test_on_a_websocket_the_phone_gets_approvals_live_without_polling_the_inbox(person: Person) -> None:
-    from tapgate.device.cli import _connect
+    from tapgate.device.cli import _connect_trusting
 
     key = generate_key(KeyAlgorithm.P256)
     inbox_polls: list[str] = []
@@ -1070,7 +1070,7 @@ async def test_on_a_websocket_the_phone_gets_approvals_live_without_polling_the_
             device_id="ana-lamp",
             token=await _enrolled(person, client, key),
             key=key,
-            connect=_connect,
+            connect=_connect_trusting(True),
             decide_call=_done,
             decide_approval=_approve,
             screen=screen,

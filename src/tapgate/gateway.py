@@ -361,7 +361,8 @@ class Gateway:
 
     async def device_pending(self, caller: DeviceCaller, wait: float = 0) -> Sequence[Invocation]:
         devices.require_device_scope(caller, Scope.DEVICE_READ)
-        return await answering.pending(self.ctx, caller, wait)
+        held = self.links.held(caller.principal.tenant_id, caller.device.device_uid)
+        return await answering.pending(self.ctx, caller, wait, held)
 
     async def device_answer(
         self, caller: DeviceCaller, invocation_id: str, status: str, message: str | None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -37,17 +37,20 @@ class AlreadyAnswered(Conflict):
         self.first = first
 
 
-async def pending(ctx: Context, caller: DeviceCaller, wait: float = 0) -> Sequence[Invocation]:
+async def pending(
+    ctx: Context, caller: DeviceCaller, wait: float = 0, held: Collection[str] = frozenset()
+) -> Sequence[Invocation]:
     """The long-poll: the device's pending invocations it does not hold, waiting up to ``wait`` seconds
     for one. A call handed to the device is handed again only ``redelivery_seconds`` later, so a device
-    that holds its work waits here instead of spinning."""
+    that holds its work waits here instead of spinning; ``held`` are calls a live link of this process
+    holds for the device (handed over there, with no mark written)."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + max(0.0, min(wait, 60.0))
     tenant, uid = caller.principal.tenant_id, caller.device.device_uid
     with ctx.wake.subscribe(device_key(tenant, uid)) as woken:
         while True:
             woken.clear()
-            found, held_until = await _take(ctx, caller, fresh_only=True)
+            found, held_until = await _take(ctx, caller, fresh_only=True, skip=held)
             left = deadline - loop.time()
             if found or left <= 0:
                 return found
@@ -76,7 +79,7 @@ async def take_pending(ctx: Context, caller: DeviceCaller) -> list[Invocation]:
 
 
 async def _take(
-    ctx: Context, caller: DeviceCaller, fresh_only: bool
+    ctx: Context, caller: DeviceCaller, fresh_only: bool, skip: Collection[str] = frozenset()
 ) -> tuple[list[Invocation], datetime | None]:
     """The pending calls to hand over now, and when the first one held back may be handed again."""
     now = ctx.clock.now()
@@ -85,7 +88,7 @@ async def _take(
     held_until: datetime | None = None
     async with ctx.store.unit_of_work(caller.principal.tenant_id) as uow:
         for invocation in await uow.invocations.pending_for(caller.device.device_uid, MAX_FETCH):
-            if invocation.due(now):
+            if invocation.due(now) or invocation.invocation_id in skip:
                 continue
             handed = invocation.delivered_at
             if fresh_only and handed is not None and handed + again > now:

@@ -62,6 +62,7 @@ async def frames(
                         if invocation.invocation_id not in calls:
                             yield invoke_frame(invocation)
                     calls = {i.invocation_id for i in pending}
+                    links.note_sent(tenant, uid, calls)
                 if look_at_approvals:
                     now = ctx.clock.now()
                     async with ctx.store.unit_of_work(tenant) as uow:

@@ -35,6 +35,7 @@ class LiveLinks:
         self.renew_seconds = renew_seconds
         self.hold_seconds = hold_seconds
         self._links: defaultdict[str, dict[str, set[asyncio.Event]]] = defaultdict(dict)
+        self._sent: dict[tuple[str, str], set[str]] = {}  # the calls each device's links hold
         self._task: asyncio.Task[None] | None = None
         ctx.wake.listen(self._on_notify)
 
@@ -56,6 +57,17 @@ class LiveLinks:
                     del devices[device_uid]
             if not devices:
                 self._links.pop(tenant_id, None)
+            if device_uid not in devices:
+                self._sent.pop((tenant_id, device_uid), None)
+
+    def note_sent(self, tenant_id: str, device_uid: str, call_ids: set[str]) -> None:
+        """The calls the device's live link holds now (it was sent them and they are still pending)."""
+        self._sent[(tenant_id, device_uid)] = set(call_ids)
+
+    def held(self, tenant_id: str, device_uid: str) -> frozenset[str]:
+        """The calls a live link of this process holds for the device: a long-poll does not hand them
+        again (the link has them, with no database write to say so)."""
+        return frozenset(self._sent.get((tenant_id, device_uid), ()))
 
     def _on_notify(self, key: str | None) -> None:
         if key is None:
