@@ -151,7 +151,7 @@ async def test_pair_register_a_passkey_approve_with_verification_and_refuse_with
     from playwright.async_api import expect
 
     phone, cdp, authenticator_id = await _phone(browser, home)
-    await pair(phone)
+    await pair(phone, consent_by=home.operator)  # ana has a door already: the operator lets the phone in
     offer = phone.page.locator("#passkey-offer")
     await expect(offer).to_be_visible()
     await phone.page.click("#passkey-button")
@@ -197,7 +197,7 @@ async def test_a_browser_without_a_platform_authenticator_says_so_and_what_to_do
     from playwright.async_api import expect
 
     phone, _, _ = await _phone(browser, home, authenticator=False)
-    await pair(phone, link="live")
+    await pair(phone, link="live", consent_by=home.operator)
     state = phone.page.locator("#passkey-state")
     await expect(state).to_contain_text("no screen lock, fingerprint or face unlock", timeout=WAIT_MS)
     await expect(state).to_contain_text("Turn on a screen lock")
@@ -218,7 +218,7 @@ async def test_a_new_passkey_can_be_set_up_later_from_this_devices_settings(
     from playwright.async_api import expect
 
     phone, cdp, authenticator_id = await _phone(browser, home)
-    await pair(phone)
+    await pair(phone, consent_by=home.operator)  # ana has a door already: the operator lets the phone in
     await phone.page.click("#passkey-button")
     await expect(phone.page.locator("#passkey-offer")).to_be_hidden(timeout=WAIT_MS)
     await phone.page.click("details.about summary")
