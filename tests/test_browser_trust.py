@@ -16,7 +16,7 @@ from tests.test_browser_app import WAIT_MS, Home, Phone, _door, new_phone, pair
 from tests.world import LAMP, bearer, device_body, new_key
 
 if TYPE_CHECKING:
-    from playwright.async_api import Browser, Route
+    from playwright.async_api import Browser, Route, WebSocketRoute
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 gateway, home, browser, phone = app.gateway, app.home, app.browser, app.phone  # the app tests' fixtures
@@ -36,7 +36,21 @@ async def test_the_app_refuses_to_sign_a_card_that_is_not_what_the_action_hash_c
             item["preview"]["fields"] = [{"label": "Minutes", "value": "1"}]
         await route.fulfill(response=response, json=body)
 
+    def tamper_link(ws: WebSocketRoute) -> None:
+        server = ws.connect_to_server()
+
+        def from_server(message: str | bytes) -> None:
+            frame = json.loads(message) if isinstance(message, str) else None
+            if isinstance(frame, dict) and frame.get("type") == "device:approval":
+                frame["approval"]["preview"]["fields"] = [{"label": "Minutes", "value": "1"}]
+                message = json.dumps(frame)
+            ws.send(message)
+
+        server.on_message(from_server)
+
+    # The card comes by the inbox's long-poll or, live, over the WebSocket: both are rewritten.
     await phone.page.route(re.compile(r".*/v1/inbox(\?.*)?$"), tamper)
+    await phone.page.route_web_socket(re.compile(r".*/v1/device/connect$"), tamper_link)
     await pair(phone)
     await _door(home)
     call = await home.invoke("device__front_door__unlock_door", {"minutes": 600})
