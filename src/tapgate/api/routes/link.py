@@ -161,7 +161,9 @@ class DeviceLink:
         try:
             await asyncio.wait({sending, receiving, lapsing}, return_when=asyncio.FIRST_COMPLETED)
             lapsed = lapsing.done() and not lapsing.cancelled() and lapsing.exception() is None
-            if lapsed and not sending.done():  # revoked or expired, in this process or another
+            if lapsed and self.close_code != REVOKED:  # revoked or expired, in any process
+                self.close_code = REVOKED  # one device:revoked, whichever side saw it first
+                sending.cancel()
                 with contextlib.suppress(Exception):
                     await self.ws.send_text(json.dumps(REVOKED_FRAME))
                 await _close(self.ws, REVOKED)
@@ -178,6 +180,8 @@ class DeviceLink:
         try:
             async for frame in frames:
                 if frame == REVOKED_FRAME:
+                    if self.close_code == REVOKED:
+                        return  # the token's lapse said so already
                     self.close_code = REVOKED
                 await self.ws.send_text(json.dumps(frame))
         finally:
