@@ -202,7 +202,9 @@ async def test_events_resume_after_the_reader_stops_with_none_missed_and_none_re
     seen = first + resumed
     assert [e.data["invocation_id"] for e in seen] == first_ids + later_ids
     assert [e.id for e in seen] == sorted({e.id for e in seen})
-    assert all(e.data["status"] == "done" and e.created_at is not None for e in seen)
+    assert all(e.data["status"] == "done" and e.created_at is not None for e in seen), [
+        (e.data, e.created_at) for e in seen
+    ]
 
 
 async def test_the_event_stream_reconnects_by_itself_when_the_server_drops_it(
