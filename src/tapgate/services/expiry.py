@@ -7,10 +7,10 @@ an interval, tenant by tenant.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 
 from tapgate import faults
+from tapgate.services import tasks
 from tapgate.services.context import Context
 from tapgate.services.invoking import expire
 
@@ -58,6 +58,4 @@ class Sweeper:
 
     async def close(self) -> None:
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            await tasks.stop(self._task)

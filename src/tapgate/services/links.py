@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from datetime import timedelta
 
 from tapgate.domain.errors import TapgateError
+from tapgate.services import tasks
 from tapgate.services.authcache import AUTH_SUFFIX
 from tapgate.services.context import Context
 
@@ -100,9 +101,7 @@ class LiveLinks:
 
     async def close(self) -> None:
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            await tasks.stop(self._task)
             self._task = None
 
     async def _run(self) -> None:

@@ -7,13 +7,13 @@ said cannot."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from dataclasses import dataclass
 from datetime import timedelta
 
 from tapgate.domain.devices import PHONE_ACTIONS
 from tapgate.domain.events import INGEST_MESSAGE
+from tapgate.services import tasks
 from tapgate.services.context import Context
 
 log = logging.getLogger(__name__)
@@ -51,10 +51,7 @@ class RetentionSweeper:
         self._task = asyncio.create_task(self._run(), name="tapgate-retention")
 
     async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await tasks.stop(self._task)
 
     async def _run(self) -> None:
         while True:

@@ -13,6 +13,7 @@ from datetime import datetime
 from tapgate.domain.errors import TapgateError
 from tapgate.domain.principals import Principal
 from tapgate.ports import Clock, Store
+from tapgate.services import tasks
 
 log = logging.getLogger(__name__)
 EVERY_SECONDS = 60.0  # a token's last_used_at moves at most this often
@@ -59,9 +60,7 @@ class UsageRecorder:
 
     async def close(self) -> None:
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            await tasks.stop(self._task)
             self._task = None
         with contextlib.suppress(TapgateError):
             await self.flush()
