@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 import anyio
 
@@ -14,10 +15,8 @@ async def test_a_task_that_swallows_a_cancel_is_stopped_all_the_same() -> None:
 
     async def stubborn() -> None:
         started.set()
-        try:
+        with contextlib.suppress(asyncio.CancelledError):  # as a database driver's wait can swallow it
             await asyncio.sleep(3600)
-        except asyncio.CancelledError:
-            pass  # as a database driver's wait can swallow it
         await asyncio.sleep(3600)  # the next round's sleep: an hour, unless asked again
 
     task = asyncio.create_task(stubborn())
