@@ -233,7 +233,14 @@ async def _both_reload(first: Server, second: Server, url: str, path: Path) -> N
             return "on both" in await reason(one) and "on both" in await reason(two)
 
         await _eventually(both, "both processes on the new rules")
-        r = await one.get("/v1/audit?limit=1000", headers=bearer(home.operator))
-        reloads = [e for e in r.json()["entries"] if e["action"] == "policy.reloaded"]
         sha = hashlib.sha256(_rules("Locked on both").encode()).hexdigest()
-        assert [e["data"]["sha256"] for e in reloads] == [sha, sha]  # one entry from each process
+
+        async def reloads() -> list[str]:
+            r = await one.get("/v1/audit?limit=1000", headers=bearer(home.operator))
+            return [e["data"]["sha256"] for e in r.json()["entries"] if e["action"] == "policy.reloaded"]
+
+        async def journalled() -> bool:  # each process journals in every tenant, this one among them
+            return len(await reloads()) >= 2
+
+        await _eventually(journalled, "both processes' policy.reloaded in this tenant's journal")
+        assert await reloads() == [sha, sha]  # one entry from each process
