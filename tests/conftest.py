@@ -32,6 +32,8 @@ from tapgate.config import Settings
 from tapgate.ports import PushSender, Store
 from tests.pushfakes import LoopbackServer, PushFakes, new_accounts
 
+pytest_plugins = ["tests.watchdog"]
+
 T = TypeVar("T")
 SENDER_TIMEOUT = 2.0  # seconds a push sender waits in tests (SHORT_TIMEOUT where a fake is slow on purpose)
 SHORT_TIMEOUT = 0.3  # the push fakes' slow replies take 0.6 s

@@ -7,7 +7,7 @@ import contextlib
 
 import anyio
 
-from tapgate.services import tasks
+from tapgate import tasks
 
 
 async def test_a_task_that_swallows_a_cancel_is_stopped_all_the_same() -> None:

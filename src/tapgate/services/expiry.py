@@ -9,8 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from tapgate import faults
-from tapgate.services import tasks
+from tapgate import faults, tasks
 from tapgate.services.context import Context
 from tapgate.services.invoking import expire
 

@@ -17,8 +17,8 @@ from collections import defaultdict
 from collections.abc import Iterator
 from datetime import timedelta
 
+from tapgate import tasks
 from tapgate.domain.errors import TapgateError
-from tapgate.services import tasks
 from tapgate.services.authcache import AUTH_SUFFIX
 from tapgate.services.context import Context
 

@@ -21,6 +21,7 @@ import logging
 import signal
 from pathlib import Path
 
+from tapgate import tasks
 from tapgate.domain.audit import AuditRecord
 from tapgate.domain.policy import PolicyFileError, parse_policies
 from tapgate.services.context import Context
@@ -57,10 +58,7 @@ class PolicyReloader:
     async def close(self) -> None:
         if self._sighup:
             asyncio.get_running_loop().remove_signal_handler(signal.SIGHUP)
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await tasks.stop(self._task)
 
     def _stat(self) -> tuple[int, int] | None:
         try:

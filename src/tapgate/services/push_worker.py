@@ -12,6 +12,7 @@ import contextlib
 import logging
 from collections.abc import Iterable
 
+from tapgate import tasks
 from tapgate.ports import PushSender
 from tapgate.services.context import TENANTS_KEY, Context, outbox_key
 from tapgate.services.outbox import PushStats, Send, claim, send
@@ -41,17 +42,12 @@ class PushWorker:
         self._task = asyncio.create_task(self._run(), name="tapgate-push")
 
     async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await tasks.stop(self._task)
+        self._task = None
         if self._in_flight:
             await asyncio.wait(set(self._in_flight), timeout=CLOSE_GRACE_SECONDS)
         for task in set(self._in_flight):
-            task.cancel()  # its row stays claimed until the lease lapses, then goes out again
-        if self._in_flight:
-            await asyncio.wait(set(self._in_flight))
+            await tasks.stop(task)  # its row stays claimed until the lease lapses, then goes out again
 
     async def run_once(self) -> None:
         """Claim and send every row due now, in every tenant, and wait until each send is recorded."""

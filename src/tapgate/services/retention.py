@@ -11,9 +11,9 @@ import logging
 from dataclasses import dataclass
 from datetime import timedelta
 
+from tapgate import tasks
 from tapgate.domain.devices import PHONE_ACTIONS
 from tapgate.domain.events import INGEST_MESSAGE
-from tapgate.services import tasks
 from tapgate.services.context import Context
 
 log = logging.getLogger(__name__)

@@ -10,10 +10,10 @@ import logging
 from collections import defaultdict
 from datetime import datetime
 
+from tapgate import tasks
 from tapgate.domain.errors import TapgateError
 from tapgate.domain.principals import Principal
 from tapgate.ports import Clock, Store
-from tapgate.services import tasks
 
 log = logging.getLogger(__name__)
 EVERY_SECONDS = 60.0  # a token's last_used_at moves at most this often

@@ -28,6 +28,7 @@ from nats.aio.msg import Msg
 from nats.errors import Error as NatsError
 from nats.errors import SlowConsumerError
 
+from tapgate import tasks
 from tapgate.adapters.wake.local import LocalWake
 from tapgate.domain.errors import ConfigurationError
 
@@ -153,10 +154,7 @@ class NatsWake(LocalWake):
 
     async def close(self) -> None:
         for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            await tasks.stop(task)
         self._tasks = []
         if self._nc is not None and self._outgoing is not None:
             while not self._outgoing.empty():  # what committed before the stop still goes out

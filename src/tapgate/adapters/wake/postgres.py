@@ -14,6 +14,7 @@ import logging
 
 import asyncpg
 
+from tapgate import tasks
 from tapgate.adapters.wake.local import LocalWake
 
 CHANNEL = "tapgate_wake"
@@ -34,10 +35,7 @@ class PostgresListener:
             await asyncio.wait_for(self.connected.wait(), timeout=10)
 
     async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await tasks.stop(self._task)
 
     def _on_notify(self, _conn: object, _pid: int, _channel: str, payload: str) -> None:
         self._wake.notify(payload)

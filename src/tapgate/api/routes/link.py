@@ -17,6 +17,7 @@ import logging
 from fastapi import APIRouter, WebSocket, WebSocketDisconnect
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
+from tapgate import tasks
 from tapgate.api.errors import error_response
 from tapgate.api.streams import RETRY_AFTER_SECONDS, StreamSlots
 from tapgate.domain.errors import RateLimited, TapgateError
@@ -169,10 +170,7 @@ class DeviceLink:
                 await _close(self.ws, REVOKED)
         finally:
             for task in (sending, receiving, lapsing):
-                task.cancel()
-            for task in (sending, receiving, lapsing):
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await task
+                await tasks.stop(task)
             await _close(self.ws, self.close_code)
 
     async def _send(self) -> None:
