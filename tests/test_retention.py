@@ -50,7 +50,7 @@ async def test_bodies_older_than_the_retention_period_are_erased_and_the_rows_st
     )
     old_lamp = await call("device__ana_phone__set_light", {"on": True}, "light is on")
     async with gateway.store.unit_of_work(world.tenant) as uow:
-        digest_before = (await uow.invocations.get(old_sms)).arguments_sha256
+        digest_before = (await uow.invocations.get("ana", old_sms)).arguments_sha256
     clock.advance(29 * 86_400)
     recent = await call("device__ana_phone__sms_send", {"to": "+15550002222", "body": "recent words"}, "fine")
 
@@ -60,7 +60,9 @@ async def test_bodies_older_than_the_retention_period_are_erased_and_the_rows_st
     assert pruned.invocations >= 2 and pruned.events == 1
 
     async with gateway.store.unit_of_work(world.tenant) as uow:
-        sms_row, lamp_row, recent_row = [await uow.invocations.get(i) for i in (old_sms, old_lamp, recent)]
+        sms_row, lamp_row, recent_row = [
+            await uow.invocations.get("ana", i) for i in (old_sms, old_lamp, recent)
+        ]
     assert sms_row.arguments == {} and sms_row.message is None
     assert sms_row.arguments_sha256 == digest_before and sms_row.status.value == "done"
     assert lamp_row.arguments == {"on": True} and lamp_row.message is None  # a lamp's arguments are no body

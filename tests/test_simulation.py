@@ -233,7 +233,8 @@ class Simulation:
             if str(crash) == "invoke.before_commit":  # nothing of it may remain
                 async with self.store.unit_of_work(self.tenant) as uow:
                     assert (
-                        await uow.invocations.get(invocation_id) is None or invocation_id in self.acknowledged
+                        await uow.invocations.get("ana", invocation_id) is None
+                        or invocation_id in self.acknowledged
                     )
                     if invocation_id not in self.acknowledged:
                         assert not await uow.outbox.for_subject(invocation_id)
@@ -394,7 +395,7 @@ class Simulation:
     async def check(self) -> dict[str, int]:
         """The invariants of every seed."""
         async with self.store.unit_of_work(self.tenant) as uow:
-            rows = {i: await uow.invocations.get(i) for i in sorted(self.calls)}
+            rows = {i: await uow.invocations.get("ana", i) for i in sorted(self.calls)}
             journal = await uow.journal.read(0, 100_000)
             events = await uow.events.read("ana", 0, 100_000)
             outbox = {i: await uow.outbox.for_subject(i) for i in sorted(self.calls)}

@@ -274,8 +274,31 @@ async def test_an_invocation_round_trips_and_a_second_of_the_same_id_is_refused(
         async with store.unit_of_work(tenant) as uow:
             await uow.invocations.add(invocation)
     async with store.unit_of_work(tenant) as uow:
-        assert await uow.invocations.get("inv-1") == invocation
-        assert await uow.invocations.get("inv-2") is None
+        assert await uow.invocations.get("ana", "inv-1") == invocation
+        assert await uow.invocations.get("ana", "inv-2") is None
+
+
+async def test_an_invocation_id_is_its_users_own(store: Store) -> None:
+    """Two people of one tenant may choose the same id: each reads, answers and marks only their own."""
+    tenant = await _world(store, "ana", "bob")
+    async with store.unit_of_work(tenant) as uow:
+        await uow.devices.add(_device(tenant, "d" * 16))
+        await uow.devices.add(_device(tenant, "e" * 16, user="bob"))
+    anas = _invocation(tenant, "inv-1")
+    bobs = replace(_invocation(tenant, "inv-1", uid="e" * 16), user_id="bob", arguments={"on": False})
+    async with store.unit_of_work(tenant) as uow:
+        await uow.invocations.add(anas)
+        await uow.invocations.add(bobs)
+    async with store.unit_of_work(tenant) as uow:
+        assert await uow.invocations.get("ana", "inv-1") == anas
+        assert await uow.invocations.get("bob", "inv-1") == bobs
+        assert await uow.invocations.get("cy", "inv-1") is None
+        await uow.invocations.mark_delivered("d" * 16, ["inv-1"], _at(1))
+        assert await uow.invocations.resolve(replace(anas, status=Status.DONE, resolved_at=_at(2))) is True
+        assert await uow.invocations.add_late_report("ana", "inv-1", "done", None, _at(3)) is True
+    async with store.unit_of_work(tenant) as uow:
+        stored = await uow.invocations.get("bob", "inv-1")
+    assert stored == bobs  # untouched by everything done to ana's
 
 
 async def test_pending_calls_of_a_device_come_oldest_first_and_open_ones_include_the_waiting(
@@ -306,11 +329,11 @@ async def test_delivery_notes_the_latest_hand_over_and_ignores_unknown_ids(store
         await uow.invocations.add(_invocation(tenant, "inv-1"))
         await uow.invocations.add(_invocation(tenant, "inv-2"))
     async with store.unit_of_work(tenant) as uow:
-        await uow.invocations.mark_delivered(["inv-1"], _at(1))
+        await uow.invocations.mark_delivered("d" * 16, ["inv-1"], _at(1))
     async with store.unit_of_work(tenant) as uow:
-        await uow.invocations.mark_delivered(["inv-1", "inv-2", "inv-x"], _at(2))
+        await uow.invocations.mark_delivered("d" * 16, ["inv-1", "inv-2", "inv-x"], _at(2))
     async with store.unit_of_work(tenant) as uow:
-        one, two = await uow.invocations.get("inv-1"), await uow.invocations.get("inv-2")
+        one, two = await uow.invocations.get("ana", "inv-1"), await uow.invocations.get("ana", "inv-2")
     assert one is not None and two is not None
     assert (one.delivered_at, two.delivered_at) == (_at(2), _at(2))  # redelivery reads the latest
     assert one.status is Status.PENDING
@@ -328,7 +351,7 @@ async def test_only_an_open_call_resolves_and_its_answer_reads_back(store: Store
     async with store.unit_of_work(tenant) as uow:
         assert await uow.invocations.resolve(replace(answer, status=Status.FAILED)) is False
         assert await uow.invocations.resolve(replace(answer, invocation_id="inv-x")) is False
-        stored = await uow.invocations.get("inv-1")
+        stored = await uow.invocations.get("ana", "inv-1")
     assert stored is not None
     assert (stored.status, stored.resolved_at, stored.message) == (Status.DONE, _at(2), "on")
     assert stored.arguments == {"on": True}
@@ -342,7 +365,7 @@ async def test_two_answers_racing_for_one_call_leave_exactly_one_winner(store: S
 
     async def answer(status: Status) -> bool:
         async with store.unit_of_work(tenant) as uow:
-            await uow.invocations.get("inv-1")  # both read the open row first where the engine allows
+            await uow.invocations.get("ana", "inv-1")  # both read the open row first where the engine allows
             await gate.wait()
             return await uow.invocations.resolve(
                 replace(_invocation(tenant, "inv-1"), status=status, resolved_at=_at(1))
@@ -354,7 +377,7 @@ async def test_two_answers_racing_for_one_call_leave_exactly_one_winner(store: S
     outcomes = await asyncio.wait_for(asyncio.gather(*tasks), 30)
     assert sorted(outcomes) == [False, True]
     async with store.unit_of_work(tenant) as uow:
-        stored = await uow.invocations.get("inv-1")
+        stored = await uow.invocations.get("ana", "inv-1")
     winner = Status.DONE if outcomes[0] else Status.EXPIRED
     assert stored is not None and stored.status is winner
 
@@ -370,7 +393,7 @@ async def test_an_approved_call_proceeds_only_while_it_waits_for_approval(store:
         assert await uow.invocations.proceed(replace(going, invocation_id="inv-p")) is False
     async with store.unit_of_work(tenant) as uow:
         assert await uow.invocations.proceed(going) is False
-        stored = await uow.invocations.get("inv-w")
+        stored = await uow.invocations.get("ana", "inv-w")
     assert stored is not None and (stored.status, stored.expires_at) == (Status.PENDING, _at(600))
 
 
@@ -394,11 +417,11 @@ async def test_a_late_report_is_kept_once(store: Store) -> None:
     async with store.unit_of_work(tenant) as uow:
         await uow.invocations.add(_invocation(tenant, "inv-1", status=Status.EXPIRED))
     async with store.unit_of_work(tenant) as uow:
-        assert await uow.invocations.add_late_report("inv-1", "done", "too late", _at(70)) is True
-        assert await uow.invocations.add_late_report("inv-x", "done", None, _at(70)) is False
+        assert await uow.invocations.add_late_report("ana", "inv-1", "done", "too late", _at(70)) is True
+        assert await uow.invocations.add_late_report("ana", "inv-x", "done", None, _at(70)) is False
     async with store.unit_of_work(tenant) as uow:
-        assert await uow.invocations.add_late_report("inv-1", "failed", None, _at(71)) is False
-        stored = await uow.invocations.get("inv-1")
+        assert await uow.invocations.add_late_report("ana", "inv-1", "failed", None, _at(71)) is False
+        stored = await uow.invocations.get("ana", "inv-1")
     assert stored is not None
     assert (stored.late_status, stored.late_message, stored.late_at) == ("done", "too late", _at(70))
     assert stored.status is Status.EXPIRED
@@ -447,7 +470,7 @@ async def test_a_sweep_and_a_devices_answer_racing_leave_one_outcome(store: Stor
     outcomes = await asyncio.wait_for(asyncio.gather(sweep(), answer()), 30)
     assert sorted(outcomes) == [False, True]
     async with store.unit_of_work(tenant) as uow:
-        stored = await uow.invocations.get("inv-1")
+        stored = await uow.invocations.get("ana", "inv-1")
         assert await uow.invocations.due(_at(11), 10) == []
     assert stored is not None and stored.status is (Status.EXPIRED if outcomes[0] else Status.DONE)
 

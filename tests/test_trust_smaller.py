@@ -19,6 +19,7 @@ from tapgate.domain.errors import InvalidInput
 from tapgate.domain.notices import check_notice
 from tapgate.domain.push import PushFailed
 from tapgate.domain.secret_scan import SecretRefused, check_outbound, scan
+from tests.conftest import asgi_client, tenant_name
 from tests.pushfakes import new_accounts
 from tests.test_push_senders import message as push_message
 from tests.test_secret_scan import ORDINARY
@@ -165,3 +166,65 @@ async def test_an_agent_reads_only_its_own_agents_calls_and_the_user_reads_all_o
     mine = await device_api.get(f"/v1/invocations/{made}", headers=ana)
     assert mine.status_code == 200 and mine.json()["id"] == made
     assert (await device_api.get(f"/v1/invocations/{made}", headers=bob)).status_code == 404
+
+
+# -- an invocation id is its user's own -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("engine", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+async def test_two_people_may_choose_one_invocation_id_and_neither_learns_of_the_other(
+    engine: str, request: pytest.FixtureRequest, clock: FrozenClock
+) -> None:
+    url = (
+        request.getfixturevalue("sqlite_url")
+        if engine == "sqlite"
+        else request.getfixturevalue("postgres").app_url
+    )
+    config = Settings(database_url=url, device_channel_enabled=True, device_sms_enabled=True)
+    async with asgi_client(config, clock) as api:
+        world = await World(api, tenant=tenant_name()).start()
+        lamp = {}
+        for person in ("ana", "bob"):
+            await world.person(person)
+            body = device_body(f"{person}-lamp", [LAMP], grants=["set_light"])
+            lamp[person] = bearer(await world.enrol(person, body))
+        ana = bearer(await world.agent("ana", "assistant"))
+        bob = bearer(await world.agent("bob", "assistant"))
+        ana_call = {
+            "tool": "device__ana_lamp__set_light",
+            "arguments": {"on": True},
+            "invocation_id": "call-1",
+        }
+        bob_call = {
+            "tool": "device__bob_lamp__set_light",
+            "arguments": {"on": False},
+            "invocation_id": "call-1",
+        }
+        first = await api.post("/v1/invocations", json=ana_call, headers=ana)
+        second = await api.post("/v1/invocations", json=bob_call, headers=bob)
+        assert first.status_code == second.status_code == 200  # no 409: bob's id never meets ana's
+        assert first.json()["id"] == second.json()["id"] == "call-1"
+        assert (await api.post("/v1/invocations", json=bob_call, headers=bob)).json() == second.json()
+        bobs = (await api.get("/v1/invocations/call-1", headers=bob)).json()
+        anas = (await api.get("/v1/invocations/call-1", headers=ana)).json()
+        assert (bobs["tool"], anas["tool"]) == (bob_call["tool"], ana_call["tool"])
+        # Each device is handed its own call, and answering one leaves the other open.
+        done = {"status": "done"}
+        answered = await api.post("/v1/device/invocations/call-1/result", json=done, headers=lamp["ana"])
+        assert answered.status_code == 200
+        assert (await api.get("/v1/invocations/call-1", headers=bob)).json()["status"] == "pending"
+        assert (await api.get("/v1/invocations/call-1", headers=ana)).json()["status"] == "done"
+
+
+async def test_another_agent_of_the_person_reusing_an_id_gets_409_not_the_first_agents_call(
+    device_api: httpx.AsyncClient,
+) -> None:
+    world = await World(device_api).start()
+    await world.person("ana")
+    await world.enrol("ana", device_body("desk-lamp", [LAMP], grants=["set_light"]))
+    assistant = bearer(await world.agent("ana", "assistant"))
+    planner = bearer(await world.agent("ana", "planner"))
+    call = {"tool": "device__desk_lamp__set_light", "arguments": {"on": True}, "invocation_id": "call-1"}
+    assert (await device_api.post("/v1/invocations", json=call, headers=assistant)).status_code == 200
+    replay = await device_api.post("/v1/invocations", json=call, headers=planner)
+    assert replay.status_code == 409 and "status" not in replay.json()

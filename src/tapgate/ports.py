@@ -122,9 +122,10 @@ class Sessions(Protocol):
 
 class Invocations(Protocol):
     async def add(self, invocation: Invocation) -> None:
-        """Raises Conflict if the id is taken."""
+        """Raises Conflict if the user has a call with this id already (ids are the user's own: two
+        users' calls may share one)."""
 
-    async def get(self, invocation_id: str) -> Invocation | None: ...
+    async def get(self, user_id: str, invocation_id: str) -> Invocation | None: ...
 
     async def pending_for(self, device_uid: str, limit: int) -> Sequence[Invocation]:
         """The device's pending invocations, oldest first."""
@@ -132,7 +133,7 @@ class Invocations(Protocol):
     async def open_for(self, device_uid: str) -> Sequence[Invocation]:
         """The device's pending and awaiting-approval invocations."""
 
-    async def mark_delivered(self, invocation_ids: Sequence[str], at: datetime) -> None:
+    async def mark_delivered(self, device_uid: str, invocation_ids: Sequence[str], at: datetime) -> None:
         """Note that these were handed to their device now (the long-poll hands them again only after
         ``redelivery_seconds``)."""
 
@@ -147,7 +148,7 @@ class Invocations(Protocol):
         """Pending calls of the user that put a card in front of them (sms_send, phone_action)."""
 
     async def add_late_report(
-        self, invocation_id: str, status: str, message: str | None, at: datetime
+        self, user_id: str, invocation_id: str, status: str, message: str | None, at: datetime
     ) -> bool:
         """Keep a result that came after expiry, once; False if one is kept already."""
 

@@ -74,7 +74,7 @@ async def take_pending(ctx: Context, caller: DeviceCaller) -> list[Invocation]:
         ]
         fresh = [i.invocation_id for i in found if i.delivered_at is None]
         if fresh and caller.device.push is not None:
-            await uow.invocations.mark_delivered(fresh, now)
+            await uow.invocations.mark_delivered(caller.device.device_uid, fresh, now)
     return found
 
 
@@ -97,7 +97,9 @@ async def _take(
                 continue
             found.append(invocation)
         if found:
-            await uow.invocations.mark_delivered([i.invocation_id for i in found], now)
+            await uow.invocations.mark_delivered(
+                caller.device.device_uid, [i.invocation_id for i in found], now
+            )
     return found, held_until
 
 
@@ -110,7 +112,7 @@ async def answer(
     now = ctx.clock.now()
     late = False
     async with ctx.store.unit_of_work(caller.principal.tenant_id) as uow:
-        invocation = await uow.invocations.get(invocation_id)
+        invocation = await uow.invocations.get(caller.device.user_id, invocation_id)
         if (
             invocation is None
             or invocation.device_uid != caller.device.device_uid
@@ -130,7 +132,7 @@ async def answer(
         else:
             answered = invocation.answered(status, message, now)
             if not await uow.invocations.resolve(answered):
-                current = await uow.invocations.get(invocation_id)  # the answer that won the race
+                current = await uow.invocations.get(invocation.user_id, invocation_id)  # the answer that won
                 raise AlreadyAnswered(current or invocation)
             await announce(uow, answered, "invocation.answered", caller.principal.actor, now)
     faults.crash_point("answer.after_commit")
@@ -144,7 +146,7 @@ async def _late_report(
 ) -> None:
     now = invocation.resolved_at or invocation.expires_at
     if not await uow.invocations.add_late_report(
-        invocation.invocation_id, status.value, cut_message(message), now
+        invocation.user_id, invocation.invocation_id, status.value, cut_message(message), now
     ):
         return
     await uow.journal.append(

@@ -101,7 +101,7 @@ async def decide(
             invocation = None
             ended = now >= approval.expires_at
         else:
-            invocation = await uow.invocations.get(approval.invocation_id)
+            invocation = await uow.invocations.get(approval.user_id, approval.invocation_id)
             assert invocation is not None
             ended = now >= approval.expires_at or not invocation.status.open
         if ended and body.signature is None:
@@ -282,7 +282,7 @@ async def _go_on(ctx: Context, uow: UnitOfWork, invocation: Invocation, now: dat
             ),
             now,
         )
-        uow.notify(invocation_key(invocation.tenant_id, invocation.invocation_id))
+        uow.notify(invocation_key(invocation.tenant_id, invocation.user_id, invocation.invocation_id))
 
 
 def _pending(invocation: Invocation, device: Device, ctx: Context, now: datetime) -> Invocation:

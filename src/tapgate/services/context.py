@@ -53,9 +53,9 @@ def device_key(tenant_id: str, device_uid: str) -> str:
     return f"{tenant_id}:device:{device_uid}"
 
 
-def invocation_key(tenant_id: str, invocation_id: str) -> str:
-    """Notified when an invocation is resolved."""
-    return f"{tenant_id}:invocation:{invocation_id}"
+def invocation_key(tenant_id: str, user_id: str, invocation_id: str) -> str:
+    """Notified when an invocation is resolved (an id is its user's own)."""
+    return f"{tenant_id}:invocation:{user_id}:{invocation_id}"
 
 
 def auth_key(tenant_id: str) -> str:

@@ -186,7 +186,7 @@ async def invoke(ctx: Context, caller: Principal, call: Call, wait: float = 0) -
         return (await _invoke(ctx, caller, call, arguments, invocation_id)).view
     # Subscribed before the row is written, so the answer's wake cannot come before the wait and the
     # row just written need not be read again before waiting.
-    with ctx.wake.subscribe(invocation_key(caller.tenant_id, invocation_id)) as answered:
+    with ctx.wake.subscribe(invocation_key(caller.tenant_id, _user_of(caller), invocation_id)) as answered:
         first = await _invoke(ctx, caller, call, arguments, invocation_id)
         if first.status_known is None:
             return first.view
@@ -207,10 +207,10 @@ async def _invoke(
 ) -> _Invoked:
     digest = arguments_sha256(call.tool, arguments)
     now = ctx.clock.now()
-    assert caller.user_id is not None
+    user = _user_of(caller)
     try:
         async with ctx.store.unit_of_work(caller.tenant_id) as uow:
-            existing = await uow.invocations.get(invocation_id) if call.invocation_id else None
+            existing = await uow.invocations.get(user, invocation_id) if call.invocation_id else None
             if existing is not None:
                 delivered = _replayed(existing, caller, digest)
                 online = await _online(uow, delivered, now)
@@ -238,7 +238,7 @@ async def _invoke(
             raise
         # A replay that raced the first call: the first one's row decides (gate G2).
         async with ctx.store.unit_of_work(caller.tenant_id) as uow:
-            existing = await uow.invocations.get(invocation_id)
+            existing = await uow.invocations.get(user, invocation_id)
             online = await _online(uow, existing, now) if existing is not None else None
         if existing is None:
             raise
@@ -249,7 +249,7 @@ async def _invoke(
 
 def _replayed(existing: Invocation, caller: Principal, digest: str) -> Invocation:
     """The invocation a replayed id names. Raises Conflict when the id was used for another call."""
-    if existing.user_id != caller.user_id or existing.arguments_sha256 != digest:
+    if existing.agent_id != (caller.agent_id or "") or existing.arguments_sha256 != digest:
         raise Conflict(f"invocation_id {existing.invocation_id!r} was used for another call; use a new id.")
     return existing
 
@@ -565,7 +565,7 @@ async def result(ctx: Context, caller: Principal, invocation_id: str, wait: floa
     own agent made; the user's own token reads all of theirs. Raises NotFound."""
     if caller.kind is not TokenKind.USER:
         caller.require(TokenKind.AGENT, TokenKind.USER, scope=Scope.TOOLS)
-    with ctx.wake.subscribe(invocation_key(caller.tenant_id, invocation_id)) as answered:
+    with ctx.wake.subscribe(invocation_key(caller.tenant_id, _user_of(caller), invocation_id)) as answered:
         return await _await_answer(ctx, caller, invocation_id, wait, answered)
 
 
@@ -602,11 +602,17 @@ async def _await_answer(
             await asyncio.wait_for(answered.wait(), timeout=wait_slice(ctx, min(left, until_due)) + 0.001)
 
 
+def _user_of(caller: Principal) -> str:
+    """The user whose ids a call names: an invocation id is its user's own (DESIGN §15)."""
+    assert caller.user_id is not None  # agents and users only: require() ran first
+    return caller.user_id
+
+
 async def _read(ctx: Context, caller: Principal, invocation_id: str) -> tuple[Invocation, bool | None]:
     """The caller's invocation, and whether its device is online now."""
     async with ctx.store.unit_of_work(caller.tenant_id) as uow:
-        invocation = await uow.invocations.get(invocation_id)
-        if invocation is None or invocation.user_id != caller.user_id:
+        invocation = await uow.invocations.get(_user_of(caller), invocation_id)
+        if invocation is None:
             raise NotFound(f"There is no invocation {invocation_id!r}.")
         if caller.kind is TokenKind.AGENT and invocation.agent_id != (caller.agent_id or ""):
             raise NotFound(f"There is no invocation {invocation_id!r}.")  # another agent's: never told apart
@@ -622,7 +628,7 @@ async def expire(ctx: Context, invocation: Invocation, now: datetime) -> Invocat
             await announce(uow, expired, "invocation.expired", "system:expiry", now)
             await close_approval(uow, expired, ApprovalStatus.EXPIRED, "system:expiry", now)
             return expired
-        current = await uow.invocations.get(invocation.invocation_id)
+        current = await uow.invocations.get(invocation.user_id, invocation.invocation_id)
     assert current is not None
     return current
 
@@ -653,7 +659,7 @@ async def announce(uow: UnitOfWork, invocation: Invocation, action: str, actor: 
         },
         now,
     )
-    uow.notify(invocation_key(invocation.tenant_id, invocation.invocation_id))
+    uow.notify(invocation_key(invocation.tenant_id, invocation.user_id, invocation.invocation_id))
     uow.notify(events_key(invocation.tenant_id, invocation.user_id))
 
 

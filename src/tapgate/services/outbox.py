@@ -127,7 +127,7 @@ async def _stale(
     if not sender.serves(device.push.kind):
         return f"no push sender or relay serves {device.push.kind!r}"
     if item.event == INVOCATION_PENDING:
-        invocation = await uow.invocations.get(item.subject_id)
+        invocation = await uow.invocations.get(item.user_id, item.subject_id)
         if invocation is None or invocation.status is not Status.PENDING:
             return "the call is no longer pending"
         if invocation.delivered_at is not None:

@@ -38,7 +38,7 @@ class _State:
     pairings: dict[tuple[str, str], Pairing] = field(default_factory=dict)
     sessions: dict[tuple[str, str, str], Session] = field(default_factory=dict)
     session_messages: dict[tuple[str, str, str], int] = field(default_factory=dict)
-    invocations: dict[tuple[str, str], Invocation] = field(default_factory=dict)
+    invocations: dict[tuple[str, str, str], Invocation] = field(default_factory=dict)  # (tenant, user, id)
     events: dict[str, list[Event]] = field(default_factory=dict)
     outbox: dict[tuple[str, str], OutboxItem] = field(default_factory=dict)
     approvals: dict[tuple[str, str], Approval] = field(default_factory=dict)
@@ -333,18 +333,18 @@ class _Journal(_Repo):
 
 class _Invocations(_Repo):
     def _mine(self) -> list[Invocation]:
-        found = [i for (tenant, _), i in self.state.invocations.items() if tenant == self.tenant_id]
+        found = [i for (tenant, _, _), i in self.state.invocations.items() if tenant == self.tenant_id]
         return sorted(found, key=lambda i: (i.created_at, i.invocation_id))
 
     async def add(self, invocation: Invocation) -> None:
         self._own(invocation.tenant_id)
-        key = (invocation.tenant_id, invocation.invocation_id)
+        key = (invocation.tenant_id, invocation.user_id, invocation.invocation_id)
         if key in self.state.invocations:
             raise DuplicateInvocation(f"Invocation {invocation.invocation_id!r} exists already.")
         self.state.invocations[key] = invocation
 
-    async def get(self, invocation_id: str) -> Invocation | None:
-        return self.state.invocations.get((self.tenant_id, invocation_id))
+    async def get(self, user_id: str, invocation_id: str) -> Invocation | None:
+        return self.state.invocations.get((self.tenant_id, user_id, invocation_id))
 
     async def history(
         self, user_id: str, limit: int, agent_id: str | None = None, status: str | None = None
@@ -365,15 +365,17 @@ class _Invocations(_Repo):
     async def open_for(self, device_uid: str) -> Sequence[Invocation]:
         return [i for i in self._mine() if i.device_uid == device_uid and i.status.open]
 
-    async def mark_delivered(self, invocation_ids: Sequence[str], at: datetime) -> None:
-        for invocation_id in invocation_ids:
-            key = (self.tenant_id, invocation_id)
-            found = self.state.invocations.get(key)
-            if found is not None:
-                self.state.invocations[key] = replace(found, delivered_at=at)
+    async def mark_delivered(self, device_uid: str, invocation_ids: Sequence[str], at: datetime) -> None:
+        wanted = set(invocation_ids)
+        for i in self._mine():
+            if i.device_uid == device_uid and i.invocation_id in wanted:
+                self.state.invocations[self._key(i)] = replace(i, delivered_at=at)
+
+    def _key(self, invocation: Invocation) -> tuple[str, str, str]:
+        return (self.tenant_id, invocation.user_id, invocation.invocation_id)
 
     async def resolve(self, invocation: Invocation) -> bool:
-        key = (self.tenant_id, invocation.invocation_id)
+        key = self._key(invocation)
         found = self.state.invocations.get(key)
         if found is None or not found.status.open:
             return False
@@ -387,7 +389,7 @@ class _Invocations(_Repo):
         return True
 
     async def proceed(self, invocation: Invocation) -> bool:
-        key = (self.tenant_id, invocation.invocation_id)
+        key = self._key(invocation)
         found = self.state.invocations.get(key)
         if found is None or found.status is not Status.AWAITING_APPROVAL:
             return False
@@ -404,9 +406,9 @@ class _Invocations(_Repo):
         )
 
     async def add_late_report(
-        self, invocation_id: str, status: str, message: str | None, at: datetime
+        self, user_id: str, invocation_id: str, status: str, message: str | None, at: datetime
     ) -> bool:
-        key = (self.tenant_id, invocation_id)
+        key = (self.tenant_id, user_id, invocation_id)
         found = self.state.invocations.get(key)
         if found is None or found.late_status is not None:
             return False
@@ -429,7 +431,7 @@ class _Invocations(_Repo):
                 late_message=None,
             )
             if erased != i:
-                self.state.invocations[(self.tenant_id, i.invocation_id)] = erased
+                self.state.invocations[self._key(i)] = erased
                 changed += 1
         return changed
 

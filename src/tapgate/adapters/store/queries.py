@@ -53,7 +53,9 @@ LINK_DEVICE = (
     .values(link_until=bindparam("until"))
 )
 
-INVOCATION = select(t.invocations).where(_inv.tenant_id == _tenant, _inv.invocation_id == bindparam("id"))
+INVOCATION = select(t.invocations).where(
+    _inv.tenant_id == _tenant, _inv.user_id == bindparam("user"), _inv.invocation_id == bindparam("id")
+)
 PENDING_FOR = (
     select(t.invocations)
     .where(
@@ -69,13 +71,19 @@ MARK_DELIVERED = (
     update(t.invocations)
     .where(
         _inv.tenant_id == _tenant,
+        _inv.device_uid == bindparam("uid"),
         _inv.invocation_id.in_(bindparam("ids", expanding=True)),
     )
     .values(delivered_at=bindparam("at"))
 )
 RESOLVE = (
     update(t.invocations)
-    .where(_inv.tenant_id == _tenant, _inv.invocation_id == bindparam("id"), _inv.status.in_(OPEN))
+    .where(
+        _inv.tenant_id == _tenant,
+        _inv.user_id == bindparam("user"),
+        _inv.invocation_id == bindparam("id"),
+        _inv.status.in_(OPEN),
+    )
     .values(
         status=bindparam("status"),
         resolved_at=bindparam("resolved_at"),

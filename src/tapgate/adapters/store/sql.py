@@ -682,8 +682,9 @@ class _Invocations(_Repo):
         except Conflict as e:
             raise DuplicateInvocation(e.message) from e
 
-    async def get(self, invocation_id: str) -> Invocation | None:
-        r = (await self.conn.execute(q.INVOCATION, {"tenant": self.tenant_id, "id": invocation_id})).first()
+    async def get(self, user_id: str, invocation_id: str) -> Invocation | None:
+        values = {"tenant": self.tenant_id, "user": user_id, "id": invocation_id}
+        r = (await self.conn.execute(q.INVOCATION, values)).first()
         return None if r is None else _invocation(r)
 
     async def pending_for(self, device_uid: str, limit: int) -> Sequence[Invocation]:
@@ -696,9 +697,9 @@ class _Invocations(_Repo):
         rows = await self.conn.execute(q.OPEN_FOR, {"tenant": self.tenant_id, "uid": device_uid})
         return [_invocation(r) for r in rows]
 
-    async def mark_delivered(self, invocation_ids: Sequence[str], at: datetime) -> None:
+    async def mark_delivered(self, device_uid: str, invocation_ids: Sequence[str], at: datetime) -> None:
         if invocation_ids:
-            values = {"tenant": self.tenant_id, "ids": list(invocation_ids), "at": at}
+            values = {"tenant": self.tenant_id, "uid": device_uid, "ids": list(invocation_ids), "at": at}
             await self.conn.execute(q.MARK_DELIVERED, values)
 
     async def resolve(self, invocation: Invocation) -> bool:
@@ -706,6 +707,7 @@ class _Invocations(_Repo):
             q.RESOLVE,
             {
                 "tenant": self.tenant_id,
+                "user": invocation.user_id,
                 "id": invocation.invocation_id,
                 "status": invocation.status.value,
                 "resolved_at": invocation.resolved_at,
@@ -721,6 +723,7 @@ class _Invocations(_Repo):
             update(t.invocations)
             .where(
                 c.tenant_id == self.tenant_id,
+                c.user_id == invocation.user_id,
                 c.invocation_id == invocation.invocation_id,
                 c.status == Status.AWAITING_APPROVAL.value,
             )
@@ -733,12 +736,17 @@ class _Invocations(_Repo):
         return int(count or 0)
 
     async def add_late_report(
-        self, invocation_id: str, status: str, message: str | None, at: datetime
+        self, user_id: str, invocation_id: str, status: str, message: str | None, at: datetime
     ) -> bool:
         c = t.invocations.c
         changed = await self.conn.execute(
             update(t.invocations)
-            .where(c.tenant_id == self.tenant_id, c.invocation_id == invocation_id, c.late_status.is_(None))
+            .where(
+                c.tenant_id == self.tenant_id,
+                c.user_id == user_id,
+                c.invocation_id == invocation_id,
+                c.late_status.is_(None),
+            )
             .values(late_status=status, late_message=message, late_at=at)
         )
         return bool(changed.rowcount)

@@ -223,7 +223,7 @@ invocations = Table(
     metadata,
     Column("tenant_id", String(40), primary_key=True),
     Column("invocation_id", String(64), primary_key=True),
-    Column("user_id", String(40), nullable=False),
+    Column("user_id", String(40), primary_key=True),  # an id is its user's own (DESIGN §15)
     Column("agent_id", String(40), nullable=False),
     Column("device_uid", String(16), nullable=False),
     Column("device_id", String(24), nullable=False),
@@ -320,8 +320,8 @@ approvals = Table(
     Column("arguments", Text),  # the planned action's exact arguments, so a phone recomputes its hash
     ForeignKeyConstraint(["tenant_id", "user_id"], ["users.tenant_id", "users.user_id"], ondelete="CASCADE"),
     ForeignKeyConstraint(
-        ["tenant_id", "invocation_id"],
-        ["invocations.tenant_id", "invocations.invocation_id"],
+        ["tenant_id", "invocation_id", "user_id"],
+        ["invocations.tenant_id", "invocations.invocation_id", "invocations.user_id"],
         ondelete="CASCADE",
     ),
     Index("approvals_user_status", "tenant_id", "user_id", "status"),
