@@ -371,7 +371,7 @@ async def test_a_phone_action_confirmed_on_its_card_opens_the_page_and_the_agent
         await card.locator(".confirm").click()
     tab = await opened.value
     assert tab.url == target
-    view = await home.view(call["id"], wait=10)
+    view = await home.view(call["id"], wait=WAIT_MS / 1000)
     assert view["status"] == "done"
     assert view["result"]["text"] == (
         "Done: the person confirmed open_url on their phone and the phone carried it out.\n\n"
@@ -423,7 +423,7 @@ async def test_each_linked_action_opens_the_platforms_own_link_and_answers_done(
     await expect(card).to_be_visible(timeout=WAIT_MS)
     await card.locator(".confirm").click()
     await expect(phone.recent("done").locator("a")).to_have_attribute("href", href)
-    view = await home.view(call["id"], wait=10)
+    view = await home.view(call["id"], wait=WAIT_MS / 1000)
     assert view["status"] == "done", view
     assert phone.page.url.startswith(f"{home.client.base_url}/app/")  # the app stayed where it was
 
@@ -452,7 +452,7 @@ async def test_a_calendar_event_is_offered_as_a_calendar_file(phone: Phone, home
     assert "DTEND:20261203T101500" in lines
     assert "LOCATION:Rua Augusta 10" in lines
     assert f"UID:{call['id']}@tapgate" in lines
-    assert (await home.view(call["id"], wait=10))["status"] == "done"
+    assert (await home.view(call["id"], wait=WAIT_MS / 1000))["status"] == "done"
 
 
 async def test_an_action_a_browser_cannot_do_answers_failed_with_the_reason_at_once(
@@ -482,7 +482,7 @@ async def test_an_action_a_browser_cannot_do_answers_failed_with_the_reason_at_o
     }
     for action, (fields, reason) in cannot.items():
         call = await home.phone_action(action, **fields)
-        view = await home.view(call["id"], wait=10)
+        view = await home.view(call["id"], wait=WAIT_MS / 1000)
         assert view["status"] == "failed", (action, view)
         assert view["result"]["text"] == (
             f"The phone could not carry out {action}.\n\nThe phone says: {reason}"
@@ -498,7 +498,7 @@ async def test_a_declined_card_answers_declined(phone: Phone, home: Home) -> Non
     card = phone.card("Call the plumber")
     await expect(card).to_be_visible(timeout=WAIT_MS)
     await card.locator(".decline").click()
-    view = await home.view(call["id"], wait=10)
+    view = await home.view(call["id"], wait=WAIT_MS / 1000)
     assert view["status"] == "declined"
     assert view["result"]["text"].startswith("The person declined dial on their phone.")
 
@@ -521,7 +521,7 @@ async def test_sms_send_opens_the_prefilled_draft_and_the_person_says_whether_it
     again = card.get_by_role("link", name="Open the message again")
     await expect(again).to_have_attribute("href", "sms:+15551234567?body=On%20my%20way")
     await card.get_by_role("button", name=button, exact=True).click()
-    view = await home.view(call["id"], wait=10)
+    view = await home.view(call["id"], wait=WAIT_MS / 1000)
     assert view["status"] == status
 
 
@@ -544,7 +544,7 @@ async def test_an_untrusted_sms_send_is_signed_first_and_its_card_repeats_the_bi
     await expect(card.locator(".binding-code")).to_have_text(code)
     await card.get_by_role("button", name="Open in Messages").click()
     await card.get_by_role("button", name="Sent", exact=True).click()
-    view = await home.view(call["id"], wait=10)
+    view = await home.view(call["id"], wait=WAIT_MS / 1000)
     assert view["status"] == "done"
     assert view["binding_code"] == code
 
@@ -575,7 +575,7 @@ async def test_a_custom_capability_is_answered_by_the_persons_confirm_and_declin
         await expect(card).to_be_visible(timeout=WAIT_MS)
         await expect(card.locator(".fields")).to_contain_text("20")
         await card.locator(button).click()
-        assert (await home.view(call["id"], wait=10))["status"] == status
+        assert (await home.view(call["id"], wait=WAIT_MS / 1000))["status"] == status
 
 
 # -- approvals -----------------------------------------------------------------------------------------------
@@ -696,7 +696,7 @@ async def test_what_arrived_while_the_app_was_closed_shows_when_it_opens_and_sti
     await expect(card).to_have_count(0, timeout=WAIT_MS)
     assert (await home.view(approval["id"]))["status"] == "pending"
     await phone.card("Call Rui back").locator(".confirm").click()
-    assert (await home.view(action["id"], wait=10))["status"] == "done"
+    assert (await home.view(action["id"], wait=WAIT_MS / 1000))["status"] == "done"
 
 
 async def test_on_its_websocket_the_app_gets_an_approval_live_without_the_inbox(
@@ -743,7 +743,7 @@ async def test_without_websockets_the_app_long_polls_and_still_gets_its_work(
     card = phone.card("Call the office")
     await expect(card).to_be_visible(timeout=WAIT_MS)
     await card.locator(".confirm").click()
-    assert (await home.view(call["id"], wait=10))["status"] == "done"
+    assert (await home.view(call["id"], wait=WAIT_MS / 1000))["status"] == "done"
     await _door(home)  # an approval reaches it by the inbox's long-poll
     asked = await home.invoke("device__front_door__unlock_door", {"minutes": 5})
     approval = phone.card(asked["binding_code"])

@@ -35,6 +35,7 @@ from typing import Any, Protocol, TypeVar
 import httpx
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
 
+from tapgate import tasks as background
 from tapgate.device.handlers import Handler
 from tapgate.device.signing import CannotSign, decision_body
 from tapgate.domain.approvals import Decision, PrivateKey
@@ -342,8 +343,7 @@ class Phone:
             done, _ = await asyncio.wait([*tasks, stopped], return_when=asyncio.FIRST_COMPLETED)
         finally:
             for task in (*tasks, stopped):
-                task.cancel()
-            await asyncio.gather(*tasks, stopped, return_exceptions=True)
+                await background.stop(task)  # asked again until it ends: a cancel can be swallowed
         for task in done:
             if task is stopped or task.cancelled():
                 continue

@@ -30,6 +30,7 @@ from tapgate.domain.vouching import DEVICE_PAIR
 from tapgate.ports import UnitOfWork
 from tapgate.services import console, passkeys
 from tapgate.services.context import Context, events_key, inbox_key, invocation_key, wait_slice
+from tapgate.services.decisions import record_decision
 from tapgate.services.invoking import announce, deliver, timeout_for
 from tapgate.services.vouched import vouched
 
@@ -205,26 +206,21 @@ async def _record(
     now: datetime,
     verified_by: str | None = None,
 ) -> Approval:
-    status = ApprovalStatus.APPROVED if body.decision is Decision.APPROVED else ApprovalStatus.DENIED
-    decided = approval.decided(status, by, now)
-    if not await uow.approvals.decide(decided):
-        raise Conflict("This approval was decided already.")
-    await uow.journal.append(
-        AuditRecord(
-            "approval.decided",
-            caller.actor,
-            status.value,
-            subject=approval.approval_id,
-            data={
-                "decided_by": by,
-                "device_id": device_id,
-                "invocation_id": invocation.invocation_id,
-                "not_me": body.not_me,
-                "verified_by": verified_by,
-            },
-        ),
+    decided = await record_decision(
+        uow,
+        caller,
+        approval,
+        body.decision,
+        by,
         now,
+        {
+            "device_id": device_id,
+            "invocation_id": invocation.invocation_id,
+            "not_me": body.not_me,
+            "verified_by": verified_by,
+        },
     )
+    status = decided.status
     await uow.events.append(
         approval.user_id,
         APPROVAL_DECIDED,
@@ -235,7 +231,6 @@ async def _record(
         },
         now,
     )
-    uow.notify(inbox_key(approval.tenant_id, approval.user_id))
     uow.notify(events_key(approval.tenant_id, approval.user_id))
     if status is ApprovalStatus.APPROVED:
         await _go_on(ctx, uow, invocation, now)

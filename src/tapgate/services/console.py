@@ -40,6 +40,7 @@ from tapgate.domain.invocations import Invocation
 from tapgate.domain.principals import Principal, TokenKind
 from tapgate.ports import UnitOfWork
 from tapgate.services.context import Context, events_key, inbox_key, sign_in_key
+from tapgate.services.decisions import record_decision
 
 PAUSED_UNTIL = datetime.fromisoformat("9999-12-31T00:00:00+00:00")  # "until resumed"
 _HISTORY_MAX = 200
@@ -183,33 +184,15 @@ async def login_decided(
 ) -> Approval:
     """Apply a checked decision on a console_login approval: the waiting browser may now take its
     session, or not. Raises Conflict."""
-    status = ApprovalStatus.APPROVED if decision is Decision.APPROVED else ApprovalStatus.DENIED
-    decided = approval.decided(status, by, now)
-    if not await uow.approvals.decide(decided):
-        raise Conflict("This approval was decided already.")
-    await uow.journal.append(
-        AuditRecord(
-            "approval.decided",
-            caller.actor,
-            status.value,
-            subject=approval.approval_id,
-            data={
-                "decided_by": by,
-                "device_id": device_id,
-                "kind": CONSOLE_LOGIN,
-                "sign_in_id": approval.subject,
-            },
-        ),
-        now,
-    )
-    uow.notify(inbox_key(approval.tenant_id, approval.user_id))
+    data = {"device_id": device_id, "kind": CONSOLE_LOGIN, "sign_in_id": approval.subject}
+    decided = await record_decision(uow, caller, approval, decision, by, now, data)
     sign_in = await uow.sign_ins.get(approval.subject)
     if (
         sign_in is not None
         and sign_in.status is SignInStatus.ASKED
         and sign_in.approval_id == approval.approval_id
     ):
-        answered = SignInStatus.APPROVED if status is ApprovalStatus.APPROVED else SignInStatus.DENIED
+        answered = SignInStatus.APPROVED if decided.status is ApprovalStatus.APPROVED else SignInStatus.DENIED
         await uow.sign_ins.save(replace(sign_in, status=answered), SignInStatus.ASKED)
         uow.notify(sign_in_key(uow.tenant_id, sign_in.sign_in_id))
     return decided

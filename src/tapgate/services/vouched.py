@@ -7,13 +7,12 @@ from dataclasses import replace
 from datetime import datetime
 
 from tapgate.domain.approvals import Decision
-from tapgate.domain.audit import AuditRecord
 from tapgate.domain.errors import Conflict, Gone
 from tapgate.domain.inbox import Approval, ApprovalStatus
 from tapgate.domain.pairing import PairingStatus
 from tapgate.domain.principals import Principal
 from tapgate.ports import UnitOfWork
-from tapgate.services.context import inbox_key
+from tapgate.services.decisions import record_decision
 from tapgate.services.pairings import cancel, confirm
 
 
@@ -37,22 +36,9 @@ async def vouched(
         raise Gone("This pairing has expired; start a new one.")
     if current.status is not PairingStatus.AWAITING_CONSENT:
         raise Conflict(f"This pairing is {current.status.value}; it is not waiting for consent.")
-    status = ApprovalStatus.APPROVED if decision is Decision.APPROVED else ApprovalStatus.DENIED
-    decided = approval.decided(status, by, now)
-    if not await uow.approvals.decide(decided):
-        raise Conflict("This approval was decided already.")
-    await uow.journal.append(
-        AuditRecord(
-            "approval.decided",
-            caller.actor,
-            status.value,
-            subject=approval.approval_id,
-            data={"decided_by": by, "device_id": device_id, "pairing_id": pairing.pairing_id},
-        ),
-        now,
-    )
-    uow.notify(inbox_key(approval.tenant_id, approval.user_id))
-    if status is ApprovalStatus.APPROVED:
+    data = {"device_id": device_id, "pairing_id": pairing.pairing_id}
+    decided = await record_decision(uow, caller, approval, decision, by, now, data)
+    if decided.status is ApprovalStatus.APPROVED:
         confirmed = replace(current, status=PairingStatus.CONFIRMED, decided_at=now)
         await uow.pairings.save(confirmed)
         await confirm(uow, confirmed, device, [], caller.actor, by, now)
