@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -14,7 +13,7 @@ from tapgate.domain.errors import Conflict, Gone, NotFound
 from tapgate.domain.events import INVOCATION_LATE_REPORT
 from tapgate.domain.invocations import Invocation, Status, cut_message, device_status
 from tapgate.ports import UnitOfWork
-from tapgate.services.context import Context, device_key, events_key, wait_slice
+from tapgate.services.context import Context, device_key, events_key, sleep_until_woken
 from tapgate.services.devices import DeviceCaller
 from tapgate.services.invoking import announce
 
@@ -56,8 +55,7 @@ async def pending(
                 return found
             if held_until is not None:  # wake when the first held call may be handed again
                 left = min(left, max(0.0, (held_until - ctx.clock.now()).total_seconds()) + 0.01)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(woken.wait(), timeout=wait_slice(ctx, left))
+            await sleep_until_woken(ctx, woken, left)
 
 
 async def take_pending(ctx: Context, caller: DeviceCaller) -> list[Invocation]:

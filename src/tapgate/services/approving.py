@@ -8,7 +8,6 @@ check; a denied one is refused with the person's words, and "this wasn't me" als
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
@@ -29,7 +28,7 @@ from tapgate.domain.text import check_display_text
 from tapgate.domain.vouching import DEVICE_PAIR
 from tapgate.ports import UnitOfWork
 from tapgate.services import console, passkeys
-from tapgate.services.context import Context, events_key, inbox_key, invocation_key, wait_slice
+from tapgate.services.context import Context, events_key, inbox_key, invocation_key, sleep_until_woken
 from tapgate.services.decisions import record_decision
 from tapgate.services.invoking import announce, deliver, timeout_for
 from tapgate.services.vouched import vouched
@@ -75,8 +74,7 @@ async def inbox(ctx: Context, caller: Principal, wait: float = 0) -> Sequence[Ap
             left = deadline - loop.time()
             if found or left <= 0:
                 return found
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(woken.wait(), timeout=wait_slice(ctx, left))
+            await sleep_until_woken(ctx, woken, left)
 
 
 async def decide(

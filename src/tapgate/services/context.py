@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from dataclasses import dataclass, field
 
 from tapgate.domain.policy import PolicySet
@@ -97,3 +99,13 @@ def wait_slice(ctx: Context, left: float) -> float:
     if ctx.wake.degraded:
         return max(0.0, min(left, ctx.limits.invocation_poll_seconds))
     return max(0.0, left)
+
+
+async def sleep_until_woken(ctx: Context, woken: asyncio.Event, seconds: float) -> bool:
+    """The one wait of every waiting read: until ``woken`` is set (True) or ``seconds`` have passed
+    (False), and no longer than the poll interval while notifications may be missed (the caller then
+    looks again)."""
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(woken.wait(), timeout=wait_slice(ctx, seconds))
+        return True
+    return False

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 
 from tapgate.domain.events import Event
 from tapgate.domain.principals import Principal, Scope, TokenKind
-from tapgate.services.context import Context, events_key, wait_slice
+from tapgate.services.context import Context, events_key, sleep_until_woken
 
 PAGE = 100
 
@@ -29,11 +28,8 @@ async def stream(
                 yield event
             if len(page) == PAGE:
                 continue
-            try:
-                await asyncio.wait_for(woken.wait(), timeout=wait_slice(ctx, idle))
-            except TimeoutError:
-                if not ctx.wake.degraded:
-                    yield None
+            if not await sleep_until_woken(ctx, woken, idle) and not ctx.wake.degraded:
+                yield None
 
 
 async def read(ctx: Context, caller: Principal, after: int, limit: int = PAGE) -> list[Event]:

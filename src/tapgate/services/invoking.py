@@ -8,7 +8,6 @@ audit entry (and its push), and its device is woken.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import copy
 import re
 from collections.abc import Mapping
@@ -53,7 +52,7 @@ from tapgate.services.context import (
     inbox_key,
     invocation_key,
     outbox_key,
-    wait_slice,
+    sleep_until_woken,
 )
 
 _INVOCATION_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,63}$")
@@ -598,8 +597,7 @@ async def _await_answer(
             return view(invocation, online)
         until_due = (invocation.expires_at - now).total_seconds()
         faults.crash_point("result.waiting")
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(answered.wait(), timeout=wait_slice(ctx, min(left, until_due)) + 0.001)
+        await sleep_until_woken(ctx, answered, min(left, until_due) + 0.001)
 
 
 def _user_of(caller: Principal) -> str:

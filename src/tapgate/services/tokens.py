@@ -3,8 +3,6 @@ stream holds stops being valid."""
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 from collections.abc import Awaitable, Callable, Sequence
 
 from tapgate.domain.accounts import Credential
@@ -13,7 +11,7 @@ from tapgate.domain.errors import Conflict, NotFound, StorageError, Unauthentica
 from tapgate.domain.principals import Principal, TokenKind
 from tapgate.domain.tokens import parse_token
 from tapgate.ports import Clock, Store
-from tapgate.services.context import Context, auth_key, wait_slice
+from tapgate.services.context import Context, auth_key, sleep_until_woken
 
 _NOT_FOUND = "There is no token {!r} you may revoke; list tokens with GET /v1/users/{{user_id}}/tokens."
 IDLE_RECHECK_SECONDS = 300.0  # a stream's token is re-read this often even when nothing was notified
@@ -102,5 +100,4 @@ async def until_invalid(
                 left = min(left, (principal.expires_at - ctx.clock.now()).total_seconds())
                 if left <= 0:
                     return
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(woken.wait(), timeout=wait_slice(ctx, left))
+            await sleep_until_woken(ctx, woken, left)

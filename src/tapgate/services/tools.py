@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -16,7 +14,7 @@ from tapgate.domain.events import TOOLS_CHANGED
 from tapgate.domain.principals import Principal, Scope, TokenKind
 from tapgate.domain.tools import ToolFormat, device_tool, phone_action_tool
 from tapgate.ports import Store, UnitOfWork
-from tapgate.services.context import Context, events_key, tools_key, wait_slice
+from tapgate.services.context import Context, events_key, sleep_until_woken, tools_key
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,8 +95,7 @@ async def changes(
         last = await list_tools(ctx.store, caller, session_id, format, ctx.device_channel)
         yield last
         while True:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(woken.wait(), timeout=wait_slice(ctx, idle))
+            await sleep_until_woken(ctx, woken, idle)
             if not woken.is_set() and not ctx.wake.degraded:
                 continue
             woken.clear()
