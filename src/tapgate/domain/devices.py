@@ -172,6 +172,12 @@ class Device:
     def granted(self) -> list[Capability]:
         return [d.capability for d in self.capabilities if d.granted]
 
+    def may_run(self, name: str) -> bool:
+        """Whether a call to capability ``name`` may reach this device: the one rule the check chain,
+        an approved call going on, and the tool list all apply. Active, declared, and granted."""
+        declared = self.declared(name)
+        return self.status is DeviceStatus.ACTIVE and declared is not None and declared.granted
+
     def with_capabilities(self, capabilities: Sequence[Declared]) -> Device:
         return replace(self, capabilities=tuple(capabilities))
 

@@ -256,8 +256,7 @@ async def _record(
 async def _go_on(ctx: Context, uow: UnitOfWork, invocation: Invocation, now: datetime) -> None:
     """Step 9, still allowed: same device and pairing, capability declared and granted, not revoked."""
     device = await uow.devices.by_uid(invocation.device_uid)
-    declared = device.declared(invocation.capability) if device else None
-    if device is None or device.status is not DeviceStatus.ACTIVE or declared is None or not declared.granted:
+    if device is None or not device.may_run(invocation.capability):
         refused = invocation.refused("[deny] the call is no longer allowed: its device or grant changed", now)
         if await uow.invocations.resolve(refused):
             await announce(uow, refused, "invocation.refused", "system:still-allowed", now)

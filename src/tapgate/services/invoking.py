@@ -277,8 +277,7 @@ async def _chain(
         session = None
     device, capability = await _resolve(uow, caller.user_id, call, session)
     # 3. The person granted it; no rule can lift this.
-    declared = device.declared(capability.name)
-    if declared is None or not declared.granted:
+    if not device.may_run(capability.name):
         raise _deny(
             f"capability not granted: the person has not granted {capability.name} on {device.device_id}",
             device,

@@ -58,10 +58,7 @@ async def _phone(uow: UnitOfWork, device_uid: str | None) -> Device | None:
     if device_uid is None:
         return None
     device = await uow.devices.by_uid(device_uid)
-    if device is None or device.status is not DeviceStatus.ACTIVE:
-        return None
-    declared = device.declared(PHONE_ACTIONS)
-    return device if declared is not None and declared.granted else None
+    return device if device is not None and device.may_run(PHONE_ACTIONS) else None
 
 
 def visible(capabilities: Sequence[Declared]) -> list[Capability]:
