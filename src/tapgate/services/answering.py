@@ -15,7 +15,7 @@ from tapgate.domain.invocations import Invocation, Status, cut_message, device_s
 from tapgate.ports import UnitOfWork
 from tapgate.services.context import Context, device_key, events_key, sleep_until_woken
 from tapgate.services.devices import DeviceCaller
-from tapgate.services.invoking import announce
+from tapgate.services.endings import announce
 
 MAX_FETCH = 50
 

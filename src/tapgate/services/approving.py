@@ -30,7 +30,8 @@ from tapgate.ports import UnitOfWork
 from tapgate.services import console, passkeys
 from tapgate.services.context import Context, events_key, inbox_key, invocation_key, sleep_until_woken
 from tapgate.services.decisions import record_decision
-from tapgate.services.invoking import announce, deliver, timeout_for
+from tapgate.services.endings import announce
+from tapgate.services.invoking import deliver, timeout_for
 from tapgate.services.vouched import vouched
 
 MESSAGE_MAX = 500

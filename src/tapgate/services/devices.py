@@ -39,7 +39,7 @@ from tapgate.domain.tokens import issue_token
 from tapgate.ports import Clock, Store, UnitOfWork
 from tapgate.services.context import auth_key
 from tapgate.services.device_events import announce_device
-from tapgate.services.invoking import fail_open
+from tapgate.services.endings import fail_open
 from tapgate.services.tools import announce_change, visible
 
 

@@ -11,7 +11,7 @@ import logging
 
 from tapgate import faults, tasks
 from tapgate.services.context import Context
-from tapgate.services.invoking import expire
+from tapgate.services.endings import expire
 
 log = logging.getLogger(__name__)
 BATCH = 200

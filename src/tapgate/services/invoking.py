@@ -17,14 +17,12 @@ from typing import Any
 
 from tapgate import faults
 from tapgate.domain import phone_action
-from tapgate.domain.approvals import action_sha256, new_sign_block
 from tapgate.domain.audit import AuditRecord
 from tapgate.domain.console import PAUSED_REASON
 from tapgate.domain.devices import PHONE_ACTIONS, SMS_SEND, Capability, Device, DeviceStatus
 from tapgate.domain.errors import Conflict, InvalidInput, NotFound
-from tapgate.domain.events import APPROVAL_REQUESTED, INVOCATION_RESOLVED
 from tapgate.domain.ids import new_id
-from tapgate.domain.inbox import Approval, ApprovalStatus, binding_code, prompt_for, render_preview
+from tapgate.domain.inbox import render_preview
 from tapgate.domain.invocations import (
     CONFIRMED_ON_DEVICE,
     TRUST,
@@ -44,16 +42,16 @@ from tapgate.domain.sessions import Session, SessionKind
 from tapgate.domain.shown import TOO_LONG, TooLongToShow
 from tapgate.domain.tools import PHONE_ACTION, ToolName
 from tapgate.ports import UnitOfWork
+from tapgate.services.asking import open_approval
 from tapgate.services.console import is_paused
 from tapgate.services.context import (
     Context,
     device_key,
-    events_key,
-    inbox_key,
     invocation_key,
     outbox_key,
     sleep_until_woken,
 )
+from tapgate.services.endings import expire
 
 _INVOCATION_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,63}$")
 MAX_WAIT = 300
@@ -615,164 +613,3 @@ async def _read(ctx: Context, caller: Principal, invocation_id: str) -> tuple[In
             raise NotFound(f"There is no invocation {invocation_id!r}.")  # another agent's: never told apart
         online = await _online(uow, invocation, ctx.clock.now())
     return invocation, online
-
-
-async def expire(ctx: Context, invocation: Invocation, now: datetime) -> Invocation:
-    """Resolve an overdue invocation ``expired`` (tool.device_offline), unless an answer won first."""
-    async with ctx.store.unit_of_work(invocation.tenant_id) as uow:
-        expired = invocation.expired(now)
-        if await uow.invocations.resolve(expired):
-            await announce(uow, expired, "invocation.expired", "system:expiry", now)
-            await close_approval(uow, expired, ApprovalStatus.EXPIRED, "system:expiry", now)
-            return expired
-        current = await uow.invocations.get(invocation.user_id, invocation.invocation_id)
-    assert current is not None
-    return current
-
-
-async def announce(uow: UnitOfWork, invocation: Invocation, action: str, actor: str, now: datetime) -> None:
-    """Journal, emit and wake for an invocation that just reached its end."""
-    await uow.journal.append(
-        AuditRecord(
-            action,
-            actor,
-            invocation.status.value,
-            subject=invocation.invocation_id,
-            data={
-                "tool": invocation.tool,
-                "device_id": invocation.device_id,
-                "capability": invocation.capability,
-            },
-        ),
-        now,
-    )
-    await uow.events.append(
-        invocation.user_id,
-        INVOCATION_RESOLVED,
-        {
-            "invocation_id": invocation.invocation_id,
-            "tool": invocation.tool,
-            "status": invocation.status.value,
-        },
-        now,
-    )
-    uow.notify(invocation_key(invocation.tenant_id, invocation.user_id, invocation.invocation_id))
-    uow.notify(events_key(invocation.tenant_id, invocation.user_id))
-
-
-async def fail_open(uow: UnitOfWork, device_uid: str, actor: str, now: datetime) -> None:
-    """A revoked device's open invocations resolve ``failed`` at once, and its links are woken."""
-    for invocation in await uow.invocations.open_for(device_uid):
-        # The device said nothing: the server's reason goes in ``reason``, never in the device's message.
-        failed = replace(
-            invocation.answered(Status.FAILED, None, now),
-            reason="[deny] the device was removed before it answered",
-        )
-        if await uow.invocations.resolve(failed):
-            await announce(uow, failed, "invocation.failed", actor, now)
-    uow.notify(device_key(uow.tenant_id, device_uid))
-
-
-async def open_approval(
-    ctx: Context,
-    uow: UnitOfWork,
-    caller: Principal,
-    invocation: Invocation,
-    device: Device,
-    capability: Capability,
-    approvers: list[Device],
-    rule: str,
-    now: datetime,
-    rule_line: int = 0,
-) -> Invocation:
-    """Write the waiting call and its approval, push it to every device that can sign, and journal it."""
-    preview = render_preview(capability, invocation.arguments)
-    planned = action_sha256(invocation.tool, device.device_id, capability.name, invocation.arguments, preview)
-    window = min(ctx.limits.approval_sign_ttl_seconds, ctx.limits.invocation_timeout_seconds)
-    approval = Approval(
-        tenant_id=invocation.tenant_id,
-        approval_id=new_id("apr"),
-        user_id=invocation.user_id,
-        agent_id=invocation.agent_id,
-        invocation_id=invocation.invocation_id,
-        kind=capability.name,
-        subject=device.device_id,
-        prompt=prompt_for(device, capability, invocation.agent_id),
-        preview=preview,
-        sign=new_sign_block(planned, now, window),
-        binding_code=binding_code(),
-        status=ApprovalStatus.PENDING,
-        created_at=now,
-        expires_at=now + timedelta(seconds=window),
-        tool=invocation.tool,
-        arguments=invocation.arguments,
-    )
-    waiting = replace(
-        invocation,
-        status=Status.AWAITING_APPROVAL,
-        expires_at=approval.expires_at,
-        binding_code=approval.binding_code,
-        approval_id=approval.approval_id,
-    )
-    await uow.invocations.add(waiting)
-    await uow.approvals.add(approval)
-    for approver in approvers:
-        if approver.push is not None:
-            await uow.outbox.add(
-                OutboxItem(
-                    tenant_id=approval.tenant_id,
-                    delivery_id=new_id("push"),
-                    device_uid=approver.device_uid,
-                    user_id=approver.user_id,
-                    event=APPROVAL_REQUESTED,
-                    subject_id=approval.approval_id,
-                    not_before=now,
-                    created_at=now,
-                )
-            )
-            uow.notify(outbox_key(approval.tenant_id))
-    await uow.journal.append(
-        AuditRecord(
-            "invocation.awaiting_approval",
-            caller.actor,
-            "awaiting_approval",
-            subject=waiting.invocation_id,
-            data={
-                "tool": waiting.tool,
-                "device_id": device.device_id,
-                "capability": capability.name,
-                "approval_id": approval.approval_id,
-                "rule": rule or None,
-                "rule_line": rule_line or None,
-            },
-        ),
-        now,
-    )
-    await uow.events.append(
-        waiting.user_id,
-        APPROVAL_REQUESTED,
-        {
-            "approval_id": approval.approval_id,
-            "invocation_id": waiting.invocation_id,
-            "kind": approval.kind,
-            "subject": approval.subject,
-            "binding_code": approval.binding_code,
-        },
-        now,
-    )
-    uow.notify(inbox_key(waiting.tenant_id, waiting.user_id))
-    uow.notify(events_key(waiting.tenant_id, waiting.user_id))
-    return waiting
-
-
-async def close_approval(
-    uow: UnitOfWork, invocation: Invocation, status: ApprovalStatus, by: str, now: datetime
-) -> None:
-    """Close the approval a call was waiting on, on every device at once."""
-    if invocation.approval_id is None:
-        return
-    approval = await uow.approvals.get(invocation.approval_id)
-    if approval is None or approval.status is not ApprovalStatus.PENDING:
-        return
-    await uow.approvals.decide(approval.decided(status, by, now))
-    uow.notify(inbox_key(invocation.tenant_id, invocation.user_id))

@@ -1,0 +1,83 @@
+"""A call reaches its end: resolved once, journalled, announced on the person's event stream and woken;
+an overdue call expires; a removed device's open calls fail; the approval a call waited on closes."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import datetime
+
+from tapgate.domain.audit import AuditRecord
+from tapgate.domain.events import INVOCATION_RESOLVED
+from tapgate.domain.inbox import ApprovalStatus
+from tapgate.domain.invocations import Invocation, Status
+from tapgate.ports import UnitOfWork
+from tapgate.services.context import Context, device_key, events_key, inbox_key, invocation_key
+
+
+async def expire(ctx: Context, invocation: Invocation, now: datetime) -> Invocation:
+    """Resolve an overdue invocation ``expired`` (tool.device_offline), unless an answer won first."""
+    async with ctx.store.unit_of_work(invocation.tenant_id) as uow:
+        expired = invocation.expired(now)
+        if await uow.invocations.resolve(expired):
+            await announce(uow, expired, "invocation.expired", "system:expiry", now)
+            await close_approval(uow, expired, ApprovalStatus.EXPIRED, "system:expiry", now)
+            return expired
+        current = await uow.invocations.get(invocation.user_id, invocation.invocation_id)
+    assert current is not None
+    return current
+
+
+async def announce(uow: UnitOfWork, invocation: Invocation, action: str, actor: str, now: datetime) -> None:
+    """Journal, emit and wake for an invocation that just reached its end."""
+    await uow.journal.append(
+        AuditRecord(
+            action,
+            actor,
+            invocation.status.value,
+            subject=invocation.invocation_id,
+            data={
+                "tool": invocation.tool,
+                "device_id": invocation.device_id,
+                "capability": invocation.capability,
+            },
+        ),
+        now,
+    )
+    await uow.events.append(
+        invocation.user_id,
+        INVOCATION_RESOLVED,
+        {
+            "invocation_id": invocation.invocation_id,
+            "tool": invocation.tool,
+            "status": invocation.status.value,
+        },
+        now,
+    )
+    uow.notify(invocation_key(invocation.tenant_id, invocation.user_id, invocation.invocation_id))
+    uow.notify(events_key(invocation.tenant_id, invocation.user_id))
+
+
+async def fail_open(uow: UnitOfWork, device_uid: str, actor: str, now: datetime) -> None:
+    """A revoked device's open invocations resolve ``failed`` at once, and its links are woken."""
+    for invocation in await uow.invocations.open_for(device_uid):
+        # The device said nothing: the server's reason goes in ``reason``, never in the device's message.
+        failed = replace(
+            invocation.answered(Status.FAILED, None, now),
+            reason="[deny] the device was removed before it answered",
+        )
+        if await uow.invocations.resolve(failed):
+            await announce(uow, failed, "invocation.failed", actor, now)
+    uow.notify(device_key(uow.tenant_id, device_uid))
+
+
+async def close_approval(
+    uow: UnitOfWork, invocation: Invocation, status: ApprovalStatus, by: str, now: datetime
+) -> None:
+    """Close the approval a call was waiting on, on every device at once."""
+    if invocation.approval_id is None:
+        return
+    approval = await uow.approvals.get(invocation.approval_id)
+    if approval is None or approval.status is not ApprovalStatus.PENDING:
+        return
+    await uow.approvals.decide(approval.decided(status, by, now))
+    uow.notify(inbox_key(invocation.tenant_id, invocation.user_id))
