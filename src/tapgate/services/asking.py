@@ -14,9 +14,9 @@ from tapgate.domain.ids import new_id
 from tapgate.domain.inbox import Approval, ApprovalStatus, binding_code, prompt_for, render_preview
 from tapgate.domain.invocations import Invocation, Status
 from tapgate.domain.principals import Principal
-from tapgate.domain.push import OutboxItem
 from tapgate.ports import UnitOfWork
-from tapgate.services.context import Context, events_key, inbox_key, outbox_key
+from tapgate.services.context import Context, events_key, inbox_key
+from tapgate.services.outbox import queue_push
 
 
 async def open_approval(
@@ -63,20 +63,7 @@ async def open_approval(
     await uow.invocations.add(waiting)
     await uow.approvals.add(approval)
     for approver in approvers:
-        if approver.push is not None:
-            await uow.outbox.add(
-                OutboxItem(
-                    tenant_id=approval.tenant_id,
-                    delivery_id=new_id("push"),
-                    device_uid=approver.device_uid,
-                    user_id=approver.user_id,
-                    event=APPROVAL_REQUESTED,
-                    subject_id=approval.approval_id,
-                    not_before=now,
-                    created_at=now,
-                )
-            )
-            uow.notify(outbox_key(approval.tenant_id))
+        await queue_push(uow, approver, APPROVAL_REQUESTED, approval.approval_id, now)
     await uow.journal.append(
         AuditRecord(
             "invocation.awaiting_approval",

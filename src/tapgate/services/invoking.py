@@ -36,7 +36,7 @@ from tapgate.domain.invocations import (
 )
 from tapgate.domain.policy import PolicyDecision, PolicyRequest, Verdict, decide
 from tapgate.domain.principals import Principal, Scope, TokenKind
-from tapgate.domain.push import INVOCATION_PENDING, OutboxItem
+from tapgate.domain.push import INVOCATION_PENDING
 from tapgate.domain.secret_scan import SecretRefused, check_outbound
 from tapgate.domain.sessions import Session, SessionKind
 from tapgate.domain.shown import TOO_LONG, TooLongToShow
@@ -48,10 +48,10 @@ from tapgate.services.context import (
     Context,
     device_key,
     invocation_key,
-    outbox_key,
     sleep_until_woken,
 )
 from tapgate.services.endings import expire
+from tapgate.services.outbox import queue_push
 
 _INVOCATION_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,63}$")
 MAX_WAIT = 300
@@ -401,22 +401,9 @@ async def deliver(
     """Write (or move to) the pending row with its push, and wake the device (DESIGN §3.3 step 10)."""
     if invocation.status is Status.PENDING and invocation.approval_id is None:
         await uow.invocations.add(invocation)
-    if device.push is not None:
-        # A hint for a sleeping device; a live link gets the first moments to take the call itself.
-        live = device.link_until is not None and device.link_until > now
-        await uow.outbox.add(
-            OutboxItem(
-                tenant_id=invocation.tenant_id,
-                delivery_id=new_id("push"),
-                device_uid=device.device_uid,
-                user_id=device.user_id,
-                event=INVOCATION_PENDING,
-                subject_id=invocation.invocation_id,
-                not_before=now + timedelta(seconds=ctx.limits.live_ack_seconds if live else 0),
-                created_at=now,
-            )
-        )
-        uow.notify(outbox_key(invocation.tenant_id))
+    # A hint for a sleeping device; a live link gets the first moments to take the call itself.
+    delay = ctx.limits.live_ack_seconds if device.live(now) else 0
+    await queue_push(uow, device, INVOCATION_PENDING, invocation.invocation_id, now, delay)
     uow.notify(device_key(invocation.tenant_id, device.device_uid))
 
 

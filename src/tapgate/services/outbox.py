@@ -24,6 +24,7 @@ from tapgate import faults
 from tapgate.domain.audit import AuditRecord
 from tapgate.domain.devices import Device, DeviceStatus
 from tapgate.domain.events import APPROVAL_REQUESTED
+from tapgate.domain.ids import new_id
 from tapgate.domain.inbox import ApprovalStatus
 from tapgate.domain.invocations import Status
 from tapgate.domain.push import (
@@ -42,6 +43,28 @@ from tapgate.services.context import Context, outbox_key
 log = logging.getLogger(__name__)
 ACTOR = "system:push"
 ERROR_MAX = 200
+
+
+async def queue_push(
+    uow: UnitOfWork, device: Device, event: str, subject_id: str, now: datetime, delay_seconds: float = 0
+) -> None:
+    """Queue a content-free push to ``device`` announcing ``subject_id``, in the transaction of what it
+    announces, and wake the push worker; nothing is queued for a device without a push target."""
+    if device.push is None:
+        return
+    await uow.outbox.add(
+        OutboxItem(
+            tenant_id=device.tenant_id,
+            delivery_id=new_id("push"),
+            device_uid=device.device_uid,
+            user_id=device.user_id,
+            event=event,
+            subject_id=subject_id,
+            not_before=now + timedelta(seconds=delay_seconds),
+            created_at=now,
+        )
+    )
+    uow.notify(outbox_key(device.tenant_id))
 
 
 @dataclass

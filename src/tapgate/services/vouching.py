@@ -12,10 +12,11 @@ from tapgate.domain.events import APPROVAL_REQUESTED
 from tapgate.domain.ids import new_id
 from tapgate.domain.inbox import Approval, ApprovalStatus, binding_code
 from tapgate.domain.pairing import Pairing
-from tapgate.domain.push import DEVICE_PAIRED, OutboxItem
+from tapgate.domain.push import DEVICE_PAIRED
 from tapgate.domain.vouching import DEVICE_PAIR, pairing_arguments, pairing_preview, pairing_prompt
 from tapgate.ports import UnitOfWork
-from tapgate.services.context import inbox_key, outbox_key
+from tapgate.services.context import inbox_key
+from tapgate.services.outbox import queue_push
 
 
 async def vouchers(uow: UnitOfWork, user_id: str, new_device_uid: str) -> list[Device]:
@@ -56,9 +57,7 @@ async def open_pair_approval(
     )
     await uow.approvals.add(approval)
     for approver in approvers:
-        if approver.push is not None:
-            await uow.outbox.add(_push(approver, APPROVAL_REQUESTED, approval.approval_id, now))
-            uow.notify(outbox_key(approval.tenant_id))
+        await queue_push(uow, approver, APPROVAL_REQUESTED, approval.approval_id, now)
     await uow.journal.append(
         AuditRecord(
             "pairing.vouch_requested",
@@ -86,19 +85,4 @@ async def close_pair_approvals(
 async def announce_paired(uow: UnitOfWork, device: Device, now: datetime) -> None:
     """A content-free notice to each of the user's other devices: a new device was paired."""
     for other in await vouchers(uow, device.user_id, device.device_uid):
-        if other.push is not None:
-            await uow.outbox.add(_push(other, DEVICE_PAIRED, device.device_id, now))
-            uow.notify(outbox_key(device.tenant_id))
-
-
-def _push(to: Device, event: str, subject_id: str, now: datetime) -> OutboxItem:
-    return OutboxItem(
-        tenant_id=to.tenant_id,
-        delivery_id=new_id("push"),
-        device_uid=to.device_uid,
-        user_id=to.user_id,
-        event=event,
-        subject_id=subject_id,
-        not_before=now,
-        created_at=now,
-    )
+        await queue_push(uow, other, DEVICE_PAIRED, device.device_id, now)
