@@ -37,6 +37,7 @@ from tapgate.services.devices import DeviceCaller
 from tapgate.services.links import LiveLinks
 
 log = logging.getLogger(__name__)
+_marking: set[asyncio.Future[None]] = set()  # notice marks still being written
 Revalidate = Callable[[], Awaitable[DeviceCaller]]
 
 
@@ -122,12 +123,14 @@ async def _linked(ctx: Context, tenant_id: str, delivery_ids: list[str]) -> None
             await uow.outbox.linked(delivery_ids, ctx.clock.now())
 
     task = asyncio.ensure_future(write())
-    task.add_done_callback(_log_failure)
+    _marking.add(task)  # held here until done: a link that closes meanwhile does not drop the write
+    task.add_done_callback(_marked)
     with contextlib.suppress(TapgateError):
         await asyncio.shield(task)
 
 
-def _log_failure(task: asyncio.Task[None]) -> None:
+def _marked(task: asyncio.Future[None]) -> None:
+    _marking.discard(task)
     if not task.cancelled() and task.exception() is not None:
         log.warning("notice mark failed", extra={"error": type(task.exception()).__name__})
 
