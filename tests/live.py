@@ -130,14 +130,15 @@ def write_config(folder: Path, database_url: str, **settings: object) -> Path:
     return path
 
 
-async def new_tenant(database_url: str) -> str:
-    """A fresh tenant, made beside the running server; its operator token."""
+async def new_tenant(database_url: str, name: str | None = None) -> str:
+    """A fresh tenant (named ``name``, or a random name), made beside the running server; its operator
+    token."""
     from tapgate.adapters.clock import SystemClock
     from tapgate.adapters.store.sql import open_sql_store
     from tapgate.services.accounts import create_tenant
 
     store = open_sql_store(database_url)
     try:
-        return (await create_tenant(store, SystemClock(), f"t-{secrets.token_hex(4)}")).token
+        return (await create_tenant(store, SystemClock(), name or f"t-{secrets.token_hex(4)}")).token
     finally:
         await store.close()

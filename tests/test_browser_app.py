@@ -889,3 +889,21 @@ async def test_the_app_signs_the_same_text_as_the_server_and_verifies_the_vector
     assert len(results) == len(vectors["cases"]) >= 4
     assert all(r == {"same": True, "verifies": True} for r in results), results
     await phone.context.close()
+
+
+async def test_an_agents_notice_shows_on_the_app_as_a_line_in_generic_words(phone: Phone, home: Home) -> None:
+    from playwright.async_api import expect
+
+    body = {"event": "run.finished", "data": {"run_id": "r-7"}, "ui": {"title": "Backup", "body": "All done"}}
+    r = await home.client.post("/v1/notices", json=body, headers=bearer(home.agent))
+    assert r.status_code == 202 and phone.device_id in r.json()["delivered_to"], r.text
+    line = phone.page.locator("#notices li")
+    await expect(line).to_have_text("A run has finished.", timeout=WAIT_MS)  # notice_text is off here
+    await expect(line).to_have_attribute("data-event", "run.finished")
+    await phone.page.reload()  # a new link: the notice it already carried does not come again
+    await expect(phone.page.locator("#link-state")).to_have_attribute("data-state", "live", timeout=WAIT_MS)
+    r = await home.client.post("/v1/notices", json={"event": "goal.blocked"}, headers=bearer(home.agent))
+    assert r.status_code == 202, r.text
+    await expect(phone.page.locator("#notices li")).to_have_text(
+        ["A goal is waiting for you."], timeout=WAIT_MS
+    )

@@ -93,6 +93,7 @@ def test_every_json_example_is_one_the_test_below_checks() -> None:
             "device:invoke",
             "device:approval",
             "device:ack",
+            "device:notice",
             "device:revoked",
             "device:result",
             "invocations",
@@ -154,6 +155,15 @@ async def test_the_examples_have_the_shape_a_running_gateway_sends(
         assert r.json()["invocations"] == []  # the link holds it: not handed again at once
         r = await client.get("/v1/inbox", headers=bearer(lamp))
         assert shape(r.json()) == shape(_example(lambda block: "approvals" in block))
+
+        notice = _frame_example("device:notice")["notice"]
+        r = await client.post(
+            "/v1/notices", json={"event": notice["event"], "data": notice["data"]}, headers=agent
+        )
+        assert r.status_code == 202, r.text
+        heard = await _frame(link, "device:notice")
+        assert shape(heard) == shape(_frame_example("device:notice"))
+        assert heard["notice"] | {"id": notice["id"], "createdAt": notice["createdAt"]} == notice
 
         assert (
             await client.delete("/v1/users/ana/devices/desk-lamp", headers=as_operator)

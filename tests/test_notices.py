@@ -27,7 +27,7 @@ async def _notice(scene: Scene, body: dict[str, Any], token: str | None = None) 
 async def _with_browser(scene: Scene, fakes: PushFakes) -> None:
     browser = fakes.subscribe("ana-browser")
     await scene.enrol("ana-browser", {"kind": "webpush", "token": browser.token})
-    await scene.enrol("desk-lamp", None, [LAMP])  # no push target: no notice
+    await scene.enrol("desk-lamp", None, [LAMP])  # no push target: held for its link
 
 
 def _received(fakes: PushFakes) -> dict[str, dict[str, Any]]:
@@ -38,7 +38,7 @@ def _received(fakes: PushFakes) -> dict[str, dict[str, Any]]:
     return got
 
 
-async def test_a_notice_reaches_each_device_with_a_push_target_in_generic_words(
+async def test_a_notice_is_pushed_in_generic_words_and_held_for_a_device_without_a_push_target(
     device_settings: Settings, fakes: PushFakes, push_http: httpx.AsyncClient, push_clock: FrozenClock
 ) -> None:
     async with push_scene(device_settings, fakes, push_http, push_clock) as scene:
@@ -46,7 +46,7 @@ async def test_a_notice_reaches_each_device_with_a_push_target_in_generic_words(
         body = {"event": "goal.done", "data": {"goal_id": "g-17", "urgent": True, "steps": 3}, "ui": WORDS}
         r = await _notice(scene, body)
         assert r.status_code == 202, r.text
-        assert sorted(r.json()["delivered_to"]) == ["ana-browser", "ana-phone"]
+        assert sorted(r.json()["delivered_to"]) == ["ana-browser", "ana-phone", "desk-lamp"]
         await scene.pushes()
 
         received = _received(fakes)
@@ -60,8 +60,11 @@ async def test_a_notice_reaches_each_device_with_a_push_target_in_generic_words(
         for seen in fakes.seen:
             for word in WORDS.values():
                 assert word.encode() not in seen.everything()
-        [row, _] = await scene.rows(notice_id)
-        assert row.status is OutboxStatus.SENT and (row.data, row.title, row.body) == ({}, None, None)
+        rows = await scene.rows(notice_id)
+        sent = [row for row in rows if row.status is OutboxStatus.SENT]
+        assert len(sent) == 2 and all((row.data, row.title, row.body) == ({}, None, None) for row in sent)
+        [held] = [row for row in rows if row.status is OutboxStatus.HELD]  # the lamp's, for its next link
+        assert held.data == {"goal_id": "g-17", "urgent": True, "steps": 3} and held.title is None
 
 
 async def test_the_persons_words_travel_only_where_notice_text_is_on(
@@ -146,7 +149,7 @@ async def test_one_failing_relay_does_not_stop_the_others(
         await _with_browser(scene, fakes)
         await scene.enrol("ana-tablet", {"kind": "mipush", "token": "mi-ana-tablet"})
         r = await _notice(scene, {"event": "memory.proposed", "data": {"memory_id": "m-3"}})
-        assert sorted(r.json()["delivered_to"]) == ["ana-browser", "ana-phone", "ana-tablet"]
+        assert sorted(r.json()["delivered_to"]) == ["ana-browser", "ana-phone", "ana-tablet", "desk-lamp"]
         await scene.pushes()
         for wait in (2, 10):
             push_clock.advance(wait)

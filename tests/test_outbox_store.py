@@ -170,3 +170,59 @@ async def test_a_device_push_target_can_be_replaced_and_removed(store: Store) ->
     async with store.unit_of_work(tenant) as uow:
         device = await uow.devices.by_uid(uids["ana"])
     assert device is not None and device.push is None
+
+
+async def test_a_devices_notices_for_its_link_are_the_held_and_unpushed_ones_until_linked(
+    store: Store,
+) -> None:
+    tenant, uids = await _tenant_with_devices(store, "ana", "bob")
+    ana, bob = uids["ana"], uids["bob"]
+    notice = {"event": "goal.done", "data": {"goal_id": "g-1"}, "title": "Done", "body": "All of it"}
+    await _add(
+        store,
+        tenant,
+        _row(tenant, ana, "ana", "held", subject_id="ntc-1", status=OutboxStatus.HELD, created=1, **notice),
+        _row(tenant, ana, "ana", "queued", subject_id="ntc-2", created=2, **notice),
+        _row(tenant, ana, "ana", "pushing", subject_id="ntc-3", created=3, pushed_at=_at(3), **notice),
+        _row(tenant, ana, "ana", "old", subject_id="ntc-0", status=OutboxStatus.HELD, created=-100, **notice),
+        _row(tenant, ana, "ana", "call", created=4),  # an invocation's push is no notice
+        _row(tenant, bob, "bob", "bobs", subject_id="ntc-1", status=OutboxStatus.HELD, created=1, **notice),
+    )
+    async with store.unit_of_work(tenant) as uow:
+        waiting = await uow.outbox.notices_for(ana, _at(0))
+    assert [i.delivery_id for i in waiting] == ["held", "queued"]
+    assert waiting[0].data == {"goal_id": "g-1"} and (waiting[0].title, waiting[0].body) == (
+        "Done",
+        "All of it",
+    )
+    assert waiting[0].status is OutboxStatus.HELD
+
+    async with store.unit_of_work(tenant) as uow:
+        assert await uow.outbox.linked(["held", "queued", "pushing", "bobs-not-here"], _at(5)) == 3
+        assert await uow.outbox.linked([], _at(5)) == 0
+    assert await _claim(store, tenant, 10) == ["call"]  # a linked row is never pushed
+    async with store.unit_of_work(tenant) as uow:
+        assert await uow.outbox.notices_for(ana, _at(-1000)) == [await uow.outbox.get("old")]
+        linked = await uow.outbox.get("held")
+        assert linked is not None and linked.status is OutboxStatus.LINKED and linked.finished_at == _at(5)
+        assert (linked.data, linked.title, linked.body) == ({}, None, None)
+        assert [i.delivery_id for i in await uow.outbox.notices_for(bob, _at(0))] == ["bobs"]
+
+
+async def test_held_notices_past_their_life_are_let_go(store: Store) -> None:
+    tenant, uids = await _tenant_with_devices(store, "ana")
+    ana = uids["ana"]
+    notice = {"event": "run.failed", "data": {"run_id": "r-1"}}
+    await _add(
+        store,
+        tenant,
+        _row(tenant, ana, "ana", "old", subject_id="ntc-1", status=OutboxStatus.HELD, created=0, **notice),
+        _row(tenant, ana, "ana", "young", subject_id="ntc-2", status=OutboxStatus.HELD, created=20, **notice),
+        _row(tenant, ana, "ana", "queued", subject_id="ntc-3", created=0, **notice),
+    )
+    async with store.unit_of_work(tenant) as uow:
+        assert await uow.outbox.expire_held(_at(10)) == 1
+    async with store.unit_of_work(tenant) as uow:
+        old = await uow.outbox.get("old")
+        assert old is not None and old.status is OutboxStatus.SKIPPED and old.data == {}
+        assert [i.delivery_id for i in await uow.outbox.notices_for(ana, _at(-100))] == ["queued", "young"]

@@ -8,6 +8,7 @@ from pathlib import Path
 import httpx
 
 from tapgate.adapters.clock import FrozenClock
+from tapgate.domain.push import OutboxItem, OutboxStatus
 from tapgate.services import events
 from tests.live import tapgate
 from tests.world import LAMP, World, bearer, device_body
@@ -112,3 +113,33 @@ async def test_an_old_approval_keeps_its_decision_but_not_the_message_it_showed(
     assert erased is not None and erased.arguments is None
     assert SECRET_WORDS not in str(erased.preview) and erased.preview["erased"] is True
     assert erased.sign == approval.sign  # what was signed can still be told apart, not read
+
+
+async def test_a_notice_held_for_a_device_without_push_is_let_go_after_its_life(
+    device_api: httpx.AsyncClient, clock: FrozenClock
+) -> None:
+    world = await World(device_api).start()
+    await world.person("ana")
+    agent = await world.agent("ana")
+    await world.enrol("ana", device_body("desk-lamp", [LAMP], grants=["set_light"]))  # no push target
+    gateway = device_api.app.state.gateway  # type: ignore[attr-defined]
+    body = {"event": "goal.done", "data": {"goal_id": "g-1"}}
+    r = await device_api.post("/v1/notices", json=body, headers=bearer(agent))
+    assert r.status_code == 202 and r.json() == {"delivered_to": ["desk-lamp"]}, r.text
+
+    audit = (await device_api.get("/v1/audit?limit=1000", headers=bearer(world.operator))).json()["entries"]
+    [notice_id] = [e["subject"] for e in audit if e["action"] == "notice.queued"]
+
+    async def row() -> OutboxItem:
+        async with gateway.store.unit_of_work(world.tenant) as uow:
+            [found] = await uow.outbox.for_subject(notice_id)
+        return found
+
+    clock.advance(gateway.limits.notice_life_seconds - 1)
+    assert (await gateway.prune()).notices == 0
+    assert (await row()).status is OutboxStatus.HELD
+    clock.advance(2)
+    assert (await gateway.prune()).notices == 1
+    let_go = await row()
+    assert let_go.status is OutboxStatus.SKIPPED and let_go.data == {}
+    assert (await gateway.prune()).notices == 0

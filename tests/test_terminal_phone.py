@@ -1088,3 +1088,17 @@ async def test_on_a_websocket_the_phone_gets_approvals_live_without_polling_the_
             line = await screen.expect(f"answered {r.json()['id']} done")
             assert "sent over the WebSocket" in line
     assert inbox_polls == []
+
+
+def test_run_shows_an_agents_notice_that_arrives_on_its_link_once(
+    person: Person, run_phone: Callable[..., RunningPhone]
+) -> None:
+    state = person.pair()
+    phone = _lamp_phone(run_phone, state)
+    body = {"event": "run.finished", "data": {"run_id": "r-7", "ok": True}}
+    r = person.client.post("/v1/notices", json=body, headers=bearer(person.agent))
+    assert r.status_code == 202 and r.json() == {"delivered_to": ["ana-lamp"]}, r.text
+    phone.expect(r"notice run\.finished \(ok=True run_id=r-7\)")
+    person.invoke(SET_LIGHT, arguments={"on": True})  # a call after it: the notice is not shown again
+    phone.expect("answered")
+    assert sum("notice run.finished" in line for line in phone.lines) == 1

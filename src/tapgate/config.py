@@ -120,6 +120,7 @@ class Settings(BaseSettings):
     require_device_signature: bool = False
     require_user_verification: bool = False
     notice_text: bool = False
+    notice_life_seconds: int = Field(86_400, ge=60, le=30 * 86_400)  # a notice waits for a link this long
     relay_secret: str = ""
     push_relays: dict[str, str] = Field(default_factory=dict)
     webpush: WebPushSettings = Field(default_factory=WebPushSettings)

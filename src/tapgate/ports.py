@@ -191,6 +191,17 @@ class Outbox(Protocol):
     async def next_due(self) -> datetime | None:
         """The earliest moment a queued row can be claimed (its not_before, or when its claim lapses)."""
 
+    async def notices_for(self, device_uid: str, since: datetime) -> Sequence[OutboxItem]:
+        """The device's notice rows created at or after ``since`` that nothing carried yet: held, or
+        queued with no push attempt out; oldest first."""
+
+    async def linked(self, delivery_ids: Sequence[str], at: datetime) -> int:
+        """Mark those of the rows still held or queued as carried by the device's live link (finished,
+        their payload dropped); how many were."""
+
+    async def expire_held(self, before: datetime) -> int:
+        """Finish the held rows created before ``before`` (skipped: their life is over); how many."""
+
 
 class Approvals(Protocol):
     async def add(self, approval: Approval) -> None: ...

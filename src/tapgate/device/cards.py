@@ -88,7 +88,7 @@ class Screen:
         )
 
     def note(self, text: str) -> None:
-        self._line(text, "dim")
+        self._line(clean(text), "dim")
 
     def _line(self, text: str, style: str) -> None:
         self.console.print(Text(text, style=style), soft_wrap=True)

@@ -3,7 +3,8 @@
 One ``Phone`` runs four tasks on one event loop:
 
 - the **link** keeps a WebSocket to ``/v1/device/connect`` open (``device:invoke`` and
-  ``device:approval`` frames in, ``device:result`` frames out, each answered by a ``device:ack``); when
+  ``device:approval`` frames in, ``device:result`` frames out, each answered by a ``device:ack``;
+  ``device:notice`` frames are shown as a line, once each, and ask nothing back); when
   the WebSocket cannot be opened it long-polls ``GET /v1/device/invocations?wait=`` instead and tries the
   WebSocket again later; when the link drops it reconnects after an exponential, capped back-off;
 - the **inbox** long-polls ``GET /v1/inbox?wait=`` for approvals while there is no WebSocket link (the
@@ -166,6 +167,36 @@ class Request:
 
 
 @dataclass(frozen=True, slots=True)
+class Notice:
+    """An agent's heads-up from a ``device:notice`` frame: an event, ids and flags, maybe its words."""
+
+    id: str
+    event: str
+    title: str | None
+    body: str | None
+    data: Mapping[str, Any]
+
+    @classmethod
+    def read(cls, data: Mapping[str, Any]) -> Notice | None:
+        notice_id, event, ids = data.get("id"), data.get("event"), data.get("data", {})
+        if not (isinstance(notice_id, str) and notice_id and isinstance(event, str) and event):
+            return None
+        return cls(
+            notice_id,
+            event,
+            _optional_text(data.get("title")),
+            _optional_text(data.get("body")),
+            ids if isinstance(ids, Mapping) else {},
+        )
+
+    def line(self) -> str:
+        """One line for the screen: the event, the agent's words if any, then the ids."""
+        words = ": ".join(w for w in (self.title, self.body) if w)
+        ids = " ".join(f"{k}={v}" for k, v in sorted(self.data.items()))
+        return " ".join(p for p in (f"notice {self.event}", words, f"({ids})" if ids else "") if p)
+
+
+@dataclass(frozen=True, slots=True)
 class Verdict:
     """The person's decision on an approval; ``not_me`` says the request was not theirs (deny and pause
     the agent)."""
@@ -312,6 +343,7 @@ class Phone:
         self._finished = _Recent()  # calls whose answer the gateway confirmed
         self._unconfirmed: OrderedDict[str, tuple[str, str | None]] = OrderedDict()  # sent over the link
         self._seen_requests = _Recent()
+        self._seen_notices = _Recent()  # a notice a link sent again (its mark was lost) shows once
         self._link: Link | None = None
         # Set once the phone is off the WebSocket (long-polling, or between links): the inbox long-polls
         # then; on a link, approvals arrive as device:approval frames.
@@ -445,6 +477,12 @@ class Phone:
                 request = Request.read(approval) if isinstance(approval, Mapping) else None
                 if request is not None:
                     self._offer_request(request)
+            elif kind == "device:notice":
+                body = frame.get("notice")
+                notice = Notice.read(body) if isinstance(body, Mapping) else None
+                if notice is not None and notice.id not in self._seen_notices:
+                    self._seen_notices.add(notice.id)
+                    self._screen.note(notice.line())
             elif kind == "device:revoked":
                 raise Revoked(REVOKED_MESSAGE)
             elif kind == "device:ack":

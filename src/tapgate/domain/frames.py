@@ -4,9 +4,9 @@ Device → server: ``device:auth`` {deviceId, token}; ``device:result`` {callId,
 ``ok: true|false`` with ``result``/``error`` form is read as done/failed); ``device:event`` {capability,
 data}. Server → device: ``device:invoke`` (with the call's ``binding_code`` when it was approved first, so
 the card repeats the code the agent sees), ``device:approval`` {approval} (the inbox item, live),
-``device:ack`` {callId, status} (what became of a ``device:result``),
-``device:revoked`` (``device:notice`` is reserved: notices reach a device by push only, so far). Anything
-else is dropped.
+``device:ack`` {callId, status} (what became of a ``device:result``), ``device:notice`` {notice} (an
+agent's heads-up: ids and flags, the agent's words only where ``notice_text`` is on; it asks nothing back),
+``device:revoked``. Anything else is dropped.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from typing import Any
 
 from tapgate.domain.inbox import Approval
 from tapgate.domain.invocations import Invocation
+from tapgate.domain.push import OutboxItem
 
 MAX_FRAME = 64 * 1024
 
@@ -130,6 +131,21 @@ def approval_item(approval: Approval) -> dict[str, Any]:
 
 def approval_frame(approval: Approval) -> dict[str, Any]:
     return {"type": "device:approval", "approval": approval_item(approval)}
+
+
+def notice_frame(item: OutboxItem) -> dict[str, Any]:
+    """A notice as its outbox row for the device holds it: the same ids, flags and words a push carries."""
+    return {
+        "type": "device:notice",
+        "notice": {
+            "id": item.subject_id,
+            "event": item.event,
+            "title": item.title,
+            "body": item.body,
+            "data": dict(item.data),
+            "createdAt": item.created_at.isoformat(),
+        },
+    }
 
 
 class Ack(StrEnum):

@@ -83,6 +83,11 @@ class OutboxStatus(StrEnum):
     COALESCED = "coalesced"  # another push to the same device carried this wake-up
     CAPPED = "capped"  # the person had their pushes for the window (DESIGN §7.1)
     FAILED = "failed"  # every attempt failed, or the push service refused it for good
+    HELD = "held"  # a notice for a device with no push target: kept for its live link, never pushed
+    LINKED = "linked"  # the device's live link carried the notice: no push needed
+
+
+KEPT = frozenset({OutboxStatus.QUEUED, OutboxStatus.HELD})  # rows that keep a notice's payload
 
 
 @dataclass(frozen=True, slots=True)

@@ -32,6 +32,7 @@ class Limits:
     push_lease_seconds: float = 60.0  # a worker's claim on a row; past it, another worker may send it
     push_sweep_seconds: float = 5.0  # the worker looks again this often, notified or not
     notice_text: bool = False  # notices may show the person the agent's own title and body
+    notice_life_seconds: int = 86_400  # a notice waits this long for a device's next live link
     retention_days: int = 30  # message bodies are erased after this many days (services/retention.py)
 
 
@@ -83,6 +84,11 @@ def events_key(tenant_id: str, user_id: str) -> str:
 def tools_key(tenant_id: str, user_id: str) -> str:
     """Notified when the user's tool list may have changed: grants, devices, capabilities, sessions."""
     return f"{tenant_id}:tools:{user_id}"
+
+
+def notices_key(tenant_id: str, user_id: str) -> str:
+    """Notified when the user has a new notice for their devices' live links."""
+    return f"{tenant_id}:notices:{user_id}"
 
 
 def outbox_key(tenant_id: str) -> str:

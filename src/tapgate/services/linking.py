@@ -1,11 +1,13 @@
 """A device's live link (DESIGN §3.4, §18): the frames it receives, and what becomes of the ones it sends.
 
-``frames`` yields, for as long as the link lives: every pending call as ``device:invoke`` and every open
-approval of the person as ``device:approval`` at once, then each new one the moment it is written (in any
-process), never the same one twice on one link; ``device:revoked`` (and the end) when the device is
-removed. It revalidates the device on every wake (new work, the person's inbox, its tenant's
-credentials) and never on a timer; its presence is held with every other link of the process in batches
-(``services/links.py``), so the agent reads ``device.online`` and ``device.offline``. ``acknowledge``
+``frames`` yields, for as long as the link lives: every pending call as ``device:invoke``, every open
+approval of the person as ``device:approval`` and every notice waiting for the device as
+``device:notice`` at once, then each new one the moment it is written (in any process), never the same
+one twice on one link; ``device:revoked`` (and the end) when the device is removed. A notice sent marks
+its outbox row ``linked``: no push follows, and no later link sends it again. It revalidates the device on
+every wake (new work, the person's inbox or notices, its tenant's credentials) and never on a timer; its
+presence is held with every other link of the process in batches (``services/links.py``), so the agent
+reads ``device.online`` and ``device.offline``. ``acknowledge``
 answers a ``device:result`` with its ``device:ack``.
 """
 
@@ -13,17 +15,29 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import AsyncGenerator, Awaitable, Callable
+from datetime import timedelta
 from typing import Any
 
 from tapgate.domain.errors import Conflict, Gone, InvalidInput, NotFound, TapgateError
-from tapgate.domain.frames import REVOKED_FRAME, Ack, DeviceResult, ack_frame, approval_frame, invoke_frame
+from tapgate.domain.frames import (
+    REVOKED_FRAME,
+    Ack,
+    DeviceResult,
+    ack_frame,
+    approval_frame,
+    invoke_frame,
+    notice_frame,
+)
 from tapgate.services import answering, devices
 from tapgate.services.answering import AlreadyAnswered
-from tapgate.services.context import Context, device_key, inbox_key, wait_slice
+from tapgate.services.context import Context, device_key, inbox_key, notices_key, wait_slice
 from tapgate.services.devices import DeviceCaller
 from tapgate.services.links import LiveLinks
 
+log = logging.getLogger(__name__)
+_marking: set[asyncio.Future[None]] = set()  # notice marks still being written
 Revalidate = Callable[[], Awaitable[DeviceCaller]]
 
 
@@ -42,15 +56,18 @@ async def frames(
         with (
             ctx.wake.subscribe(device_key(tenant, uid)) as work,
             ctx.wake.subscribe(inbox_key(tenant, user)) as asks,
+            ctx.wake.subscribe(notices_key(tenant, user)) as news,
             links.holding(tenant, uid, work),
         ):
             calls: set[str] = set()
             approvals: set[str] = set()
-            look_at_approvals = True
+            noticed: set[str] = set()
+            look_at_approvals = look_at_notices = True
             while True:
                 work_woke = work.is_set()
                 work.clear()
                 asks.clear()
+                news.clear()
                 try:
                     caller = await revalidate()
                 except TapgateError:
@@ -71,18 +88,56 @@ async def frames(
                         if approval.approval_id not in approvals:
                             yield approval_frame(approval)
                     approvals = {a.approval_id for a in open_}
+                if look_at_notices:
+                    since = ctx.clock.now() - timedelta(seconds=ctx.limits.notice_life_seconds)
+                    async with ctx.store.unit_of_work(tenant) as uow:
+                        unsent = await uow.outbox.notices_for(uid, since)
+                    noticed &= {n.delivery_id for n in unsent}  # the rest were marked: never read again
+                    waiting = [n for n in unsent if n.delivery_id not in noticed]
+                    try:
+                        for notice in waiting:
+                            yield notice_frame(notice)
+                            noticed.add(notice.delivery_id)
+                    finally:  # sent: no push follows, and no later link sends them again
+                        await _linked(
+                            ctx, tenant, [n.delivery_id for n in waiting if n.delivery_id in noticed]
+                        )
                 # Idle until woken; only while notifications may be missed does the link poll.
                 poll = wait_slice(ctx, links.hold_seconds) if ctx.wake.degraded else None
-                await _either(work, asks, poll)
+                await _first(poll, work, asks, news)
                 look_at_approvals = asks.is_set() or ctx.wake.degraded
+                look_at_notices = news.is_set() or ctx.wake.degraded
     finally:
         with contextlib.suppress(TapgateError):
             await devices.close_link(ctx.store, ctx.clock, caller)
 
 
-async def _either(first: asyncio.Event, second: asyncio.Event, seconds: float | None) -> bool:
-    """Wait until either event is set, or ``seconds`` (None: no limit); True if one was set."""
-    waits = [asyncio.ensure_future(first.wait()), asyncio.ensure_future(second.wait())]
+async def _linked(ctx: Context, tenant_id: str, delivery_ids: list[str]) -> None:
+    """Mark the notices the link sent; the write finishes even when the link closes meanwhile. Should it
+    fail, a notice is sent again by the next link (or pushed): at least once, never lost."""
+    if not delivery_ids:
+        return
+
+    async def write() -> None:
+        async with ctx.store.unit_of_work(tenant_id) as uow:
+            await uow.outbox.linked(delivery_ids, ctx.clock.now())
+
+    task = asyncio.ensure_future(write())
+    _marking.add(task)  # held here until done: a link that closes meanwhile does not drop the write
+    task.add_done_callback(_marked)
+    with contextlib.suppress(TapgateError):
+        await asyncio.shield(task)
+
+
+def _marked(task: asyncio.Future[None]) -> None:
+    _marking.discard(task)
+    if not task.cancelled() and task.exception() is not None:
+        log.warning("notice mark failed", extra={"error": type(task.exception()).__name__})
+
+
+async def _first(seconds: float | None, *events: asyncio.Event) -> bool:
+    """Wait until one of the events is set, or ``seconds`` (None: no limit); True if one was set."""
+    waits = [asyncio.ensure_future(event.wait()) for event in events]
     try:
         done, _ = await asyncio.wait(waits, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
     finally:

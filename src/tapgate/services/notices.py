@@ -1,5 +1,11 @@
-"""Notices (DESIGN §3.6): an agent's content-free heads-up, queued in the push outbox for each of the
-person's devices that has a push target, so it survives a restart like any other push."""
+"""Notices (DESIGN §3.6, §18): an agent's content-free heads-up for each of the person's active devices,
+written as one outbox row per device in the transaction that accepts it, so it survives a restart.
+
+A device with a live link hears it as ``device:notice`` (``services/linking.py``), which marks the row
+``linked``; a device with a push target and no live link gets it by push. A device with a live link and a
+push target gets the link's ``live_ack_seconds`` first, as for a call, so it hears the notice once. A
+device with no push target has its row ``held``: only its link carries it, the next time it links, while
+the notice is younger than ``notice_life_seconds``."""
 
 from __future__ import annotations
 
@@ -11,14 +17,14 @@ from tapgate.domain.errors import InvalidInput, NotFound, RateLimited
 from tapgate.domain.ids import new_id
 from tapgate.domain.notices import check_notice
 from tapgate.domain.principals import Principal, Scope, TokenKind
-from tapgate.domain.push import OutboxItem
-from tapgate.services.context import Context, outbox_key
+from tapgate.domain.push import OutboxItem, OutboxStatus
+from tapgate.services.context import Context, notices_key, outbox_key
 
 
 async def send_notice(
     ctx: Context, caller: Principal, event: str, user_id: str | None, data: object, ui: object
 ) -> list[str]:
-    """Queue the notice for each active device of the user with a push target; return their device ids.
+    """Queue the notice for each active device of the user; return their device ids.
 
     An agent (``notices`` scope) notifies its own user; an operator names ``user_id``. Raises Forbidden,
     NotFound (no such user, or not the agent's), InvalidInput, RateLimited (the agent is paused for this
@@ -59,10 +65,9 @@ async def send_notice(
                 "the most allowed; try again later.",
                 retry_after=limits.push_window_seconds,
             )
-        targets = [
-            d for d in await uow.devices.list(user) if d.status is DeviceStatus.ACTIVE and d.push is not None
-        ]
+        targets = [d for d in await uow.devices.list(user) if d.status is DeviceStatus.ACTIVE]
         for device in targets:
+            live = device.live(now)  # a live link gets the first moments, as for a call
             await uow.outbox.add(
                 OutboxItem(
                     tenant_id=caller.tenant_id,
@@ -71,7 +76,8 @@ async def send_notice(
                     user_id=user,
                     event=notice.event,
                     subject_id=notice_id,
-                    not_before=now,
+                    status=OutboxStatus.QUEUED if device.push is not None else OutboxStatus.HELD,
+                    not_before=now + timedelta(seconds=limits.live_ack_seconds if live else 0),
                     created_at=now,
                     data=notice.data,
                     title=notice.title,
@@ -93,6 +99,8 @@ async def send_notice(
             ),
             now,
         )
-        if targets:
+        if any(d.push is not None for d in targets):
             uow.notify(outbox_key(caller.tenant_id))
+        if targets:
+            uow.notify(notices_key(caller.tenant_id, user))
     return [d.device_id for d in targets]

@@ -2,7 +2,8 @@
 erased: forwarded SMS bodies (and their senders), the arguments of ``sms_send`` and ``phone_actions``
 calls (on the call, and on the approval that showed them), and every result text. Rows, argument
 digests, receipts and the audit journal stay, so what happened can still be told and verified; what was
-said cannot."""
+said cannot. A notice held for a device with no push target is let go once ``notice_life_seconds`` pass
+(its row finished, its payload dropped): no later link sends it."""
 
 from __future__ import annotations
 
@@ -25,18 +26,22 @@ EVERY_SECONDS = 3600.0
 class Pruned:
     invocations: int = 0
     events: int = 0
+    notices: int = 0
 
 
 async def prune(ctx: Context) -> Pruned:
     """Erase every body older than the retention period now, tenant by tenant."""
-    before = ctx.clock.now() - timedelta(days=ctx.limits.retention_days)
-    invocations = events = 0
+    now = ctx.clock.now()
+    before = now - timedelta(days=ctx.limits.retention_days)
+    notices_before = now - timedelta(seconds=ctx.limits.notice_life_seconds)
+    invocations = events = notices = 0
     for tenant_id in await ctx.store.tenant_ids():
         async with ctx.store.unit_of_work(tenant_id) as uow:
             invocations += await uow.invocations.erase_texts(before, TEXT_CAPABILITIES)
             invocations += await uow.approvals.erase_texts(before, TEXT_CAPABILITIES)
             events += await uow.events.erase_bodies(INGEST_MESSAGE, ("body", "sender"), before)
-    return Pruned(invocations, events)
+            notices += await uow.outbox.expire_held(notices_before)
+    return Pruned(invocations, events, notices)
 
 
 class RetentionSweeper:
@@ -57,10 +62,14 @@ class RetentionSweeper:
         while True:
             try:
                 pruned = await prune(self._ctx)
-                if pruned.invocations or pruned.events:
+                if pruned.invocations or pruned.events or pruned.notices:
                     log.info(
                         "erased old bodies",
-                        extra={"invocations": pruned.invocations, "events": pruned.events},
+                        extra={
+                            "invocations": pruned.invocations,
+                            "events": pruned.events,
+                            "notices": pruned.notices,
+                        },
                     )
             except Exception as e:  # a failed prune is tried again at the next round
                 log.error("retention prune failed", extra={"error": type(e).__name__})

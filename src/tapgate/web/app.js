@@ -29,6 +29,17 @@ let inbox = null;
 const invocationCards = new Map();
 const approvalCards = new Map();
 const answered = new Set(); // invocation ids answered here, whether or not the gateway has heard yet
+const noticesShown = new Set(); // a notice a link sent again shows once
+const NOTICES_MAX = 5;
+// The agent's notices in generic words (as their pushes say them) unless the gateway shows its own.
+const NOTICE_WORDS = {
+  "goal.blocked": "A goal is waiting for you.",
+  "goal.done": "A goal is done.",
+  "memory.proposed": "Something to remember is waiting for your review.",
+  "suggestion.proposed": "A suggestion is waiting for your review.",
+  "run.finished": "A run has finished.",
+  "run.failed": "A run has failed.",
+};
 
 // -- screens ---------------------------------------------------------------------------------------------
 
@@ -40,6 +51,20 @@ function notify(text) {
   const notice = $("notice");
   notice.textContent = text || "";
   notice.hidden = !text;
+}
+
+/** An agent's notice (device:notice): a line at the top of the list, the newest few kept; nothing to answer. */
+function showNotice(item) {
+  if (noticesShown.has(item.id)) return;
+  noticesShown.add(item.id);
+  const list = $("notices");
+  const words = [item.title, item.body].filter((w) => typeof w === "string" && w).join(": ");
+  const line = element("li", "notice-line", words || NOTICE_WORDS[item.event] || "Your assistant sent a notice.");
+  line.dataset.event = String(item.event || "");
+  line.dataset.noticeId = item.id;
+  list.prepend(line);
+  while (list.children.length > NOTICES_MAX) list.lastElementChild.remove();
+  list.hidden = false;
 }
 
 function setLinkState(word) {
@@ -330,6 +355,7 @@ function startHome() {
     pending: (list) => reconcileInvocations(list, null),
     invoke: addInvocation,
     approval: addApproval,
+    notice: showNotice,
     gone: () => leave("This phone was removed from your gateway. To use it again, start a new pairing."),
   });
   link.start();

@@ -1,7 +1,8 @@
 // The device's link to the gateway: a WebSocket first (authenticated by a first device:auth frame, as a
 // browser cannot set headers on one), long-polling when WebSockets do not get through, reconnecting with
 // back-off. Every (re)connect fetches all that is pending, so nothing depends on a frame or a push
-// arriving: they only make it sooner. On the WebSocket, approvals arrive live too (device:approval).
+// arriving: they only make it sooner. On the WebSocket, approvals arrive live too (device:approval), and
+// so do the agent's notices (device:notice: shown, never answered).
 
 import { request } from "./api.js";
 
@@ -13,7 +14,8 @@ const STABLE_MS = 10000; // a link that lasted this long resets the back-off
 const MAX_BACKOFF_MS = 30000;
 
 export class DeviceLink {
-  /** handlers: state(word), connected(), pending(list), invoke(invocation), approval(item), gone(). */
+  /** handlers: state(word), connected(), pending(list), invoke(invocation), approval(item), notice(item),
+   * gone(). */
   constructor(device, handlers) {
     this.device = device;
     this.handlers = handlers;
@@ -103,6 +105,8 @@ export class DeviceLink {
           });
         } else if (frame.type === "device:approval" && frame.approval && typeof frame.approval.id === "string") {
           this.handlers.approval(frame.approval);
+        } else if (frame.type === "device:notice" && frame.notice && typeof frame.notice.id === "string") {
+          this.handlers.notice(frame.notice);
         } else if (frame.type === "device:revoked") {
           this.gone();
         }

@@ -21,10 +21,11 @@ from tapgate.domain.events import Event, EventValue
 from tapgate.domain.inbox import Approval, ApprovalStatus, erased_preview
 from tapgate.domain.ingest import Receipt, Triage
 from tapgate.domain.invocations import CONFIRMED_ON_DEVICE, Invocation, Status
+from tapgate.domain.notices import NOTICE_EVENTS
 from tapgate.domain.pairing import Pairing
 from tapgate.domain.passkeys import Passkey
 from tapgate.domain.principals import TokenKind
-from tapgate.domain.push import OutboxItem, OutboxStatus
+from tapgate.domain.push import KEPT, OutboxItem, OutboxStatus
 from tapgate.domain.sessions import Session
 
 
@@ -520,10 +521,37 @@ class _Outbox(_Repo):
         ]
         return min(times, default=None)
 
+    async def notices_for(self, device_uid: str, since: datetime) -> Sequence[OutboxItem]:
+        return [
+            i
+            for i in self._mine()
+            if i.device_uid == device_uid
+            and i.event in NOTICE_EVENTS
+            and i.created_at >= since
+            and (i.status is OutboxStatus.HELD or (i.status is OutboxStatus.QUEUED and i.pushed_at is None))
+        ]
+
+    async def linked(self, delivery_ids: Sequence[str], at: datetime) -> int:
+        done = 0
+        for delivery_id in delivery_ids:
+            item = self.state.outbox.get((self.tenant_id, delivery_id))
+            if item is not None and item.status in KEPT:
+                finished = replace(item, status=OutboxStatus.LINKED, finished_at=at, claimed_until=None)
+                self.state.outbox[(self.tenant_id, delivery_id)] = _kept(finished)
+                done += 1
+        return done
+
+    async def expire_held(self, before: datetime) -> int:
+        old = [i for i in self._mine() if i.status is OutboxStatus.HELD and i.created_at < before]
+        for item in old:
+            finished = replace(item, status=OutboxStatus.SKIPPED, finished_at=before)
+            self.state.outbox[(self.tenant_id, item.delivery_id)] = _kept(finished)
+        return len(old)
+
 
 def _kept(item: OutboxItem) -> OutboxItem:
     """What the store keeps: a finished row loses a notice's payload, as the SQL store's does."""
-    if item.status is OutboxStatus.QUEUED:
+    if item.status in KEPT:
         return item
     return replace(item, data={}, title=None, body=None)
 

@@ -38,10 +38,11 @@ from tapgate.domain.inbox import Approval, ApprovalStatus, erased_preview
 from tapgate.domain.ingest import Receipt, Triage
 from tapgate.domain.invocations import OPEN, Invocation, Status
 from tapgate.domain.keys import KeyAlgorithm
+from tapgate.domain.notices import NOTICE_EVENTS
 from tapgate.domain.pairing import Pairing, PairingStatus
 from tapgate.domain.passkeys import Passkey
 from tapgate.domain.principals import Scope, TokenKind
-from tapgate.domain.push import OutboxItem, OutboxStatus
+from tapgate.domain.push import KEPT, OutboxItem, OutboxStatus
 from tapgate.domain.sessions import Session, SessionKind
 
 log = logging.getLogger(__name__)
@@ -776,7 +777,7 @@ class _Invocations(_Repo):
 
 def _outbox_row(item: OutboxItem) -> dict[str, Any]:
     payload = None
-    if item.status is OutboxStatus.QUEUED and (item.data or item.title or item.body):
+    if item.status in KEPT and (item.data or item.title or item.body):
         payload = json.dumps({"data": dict(item.data), "title": item.title, "body": item.body})
     return {
         "device_uid": item.device_uid,
@@ -918,6 +919,52 @@ class _Outbox(_Repo):
             )
         )
         return due if isinstance(due, datetime) else None
+
+    async def notices_for(self, device_uid: str, since: datetime) -> Sequence[OutboxItem]:
+        c = t.push_outbox.c
+        rows = await self.conn.execute(
+            select(t.push_outbox)
+            .where(
+                c.tenant_id == self.tenant_id,
+                c.device_uid == device_uid,
+                c.event.in_(sorted(NOTICE_EVENTS)),
+                c.created_at >= since,
+                or_(
+                    c.status == OutboxStatus.HELD.value,
+                    (c.status == OutboxStatus.QUEUED.value) & c.pushed_at.is_(None),
+                ),
+            )
+            .order_by(c.created_at, c.delivery_id)
+        )
+        return [_outbox_item(r) for r in rows]
+
+    async def linked(self, delivery_ids: Sequence[str], at: datetime) -> int:
+        if not delivery_ids:
+            return 0
+        c = t.push_outbox.c
+        result = await self.conn.execute(
+            update(t.push_outbox)
+            .where(
+                c.tenant_id == self.tenant_id,
+                c.delivery_id.in_(list(delivery_ids)),
+                c.status.in_([s.value for s in KEPT]),
+            )
+            .values(status=OutboxStatus.LINKED.value, finished_at=at, claimed_until=None, payload=None)
+        )
+        return int(result.rowcount or 0)
+
+    async def expire_held(self, before: datetime) -> int:
+        c = t.push_outbox.c
+        result = await self.conn.execute(
+            update(t.push_outbox)
+            .where(
+                c.tenant_id == self.tenant_id,
+                c.status == OutboxStatus.HELD.value,
+                c.created_at < before,
+            )
+            .values(status=OutboxStatus.SKIPPED.value, finished_at=before, payload=None)
+        )
+        return int(result.rowcount or 0)
 
 
 def _advisory_key(purpose: str, tenant_id: str) -> int:

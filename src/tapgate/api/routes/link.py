@@ -2,7 +2,7 @@
 
 The device authenticates with its token in the upgrade's Authorization header or in a first
 ``device:auth`` frame. What the server sends comes from the gateway (``Gateway.device_link``: calls,
-approvals, ``device:revoked``); each ``device:result`` is answered with the gateway's ``device:ack``.
+approvals, notices, ``device:revoked``); each ``device:result`` is answered with the gateway's ``device:ack``.
 Malformed frames are dropped and counted. An idle link does nothing: no timer revalidates it, and its
 hold is renewed with every other link of the process in batches (``services/links.py``).
 """
