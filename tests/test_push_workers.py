@@ -4,6 +4,7 @@ one outbox row twice."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 
 import anyio
@@ -17,7 +18,7 @@ from tapgate.domain.principals import TokenKind
 from tapgate.services import accounts, devices, notices
 from tapgate.services.context import Context, Limits
 from tapgate.services.push_worker import PushWorker
-from tests.conftest import tenant_name
+from tests.conftest import new_postgres_database, tenant_name
 from tests.pushfakes import PushFakes
 from tests.pushworld import push_router
 from tests.world import LAMP, device_body
@@ -37,10 +38,12 @@ async def test_two_workers_on_one_database_send_every_row_exactly_once(
     push_http: httpx.AsyncClient,
     push_clock: FrozenClock,
 ) -> None:
+    # A database of its own: run_once claims every tenant's due rows, and other tests leave rows queued.
+    own = contextlib.ExitStack()
     url = (
         request.getfixturevalue("sqlite_url")
         if engine == "sqlite"
-        else request.getfixturevalue("postgres").app_url
+        else own.enter_context(contextlib.contextmanager(new_postgres_database)()).app_url
     )
     stores = [open_sql_store(url), open_sql_store(url)]
     try:
@@ -52,6 +55,7 @@ async def test_two_workers_on_one_database_send_every_row_exactly_once(
     finally:
         for store in stores:
             await store.close()
+        own.close()
 
     delivered = [json.loads(seen.body)["delivery_id"] for seen in fakes.route_seen("relay")]
     assert len(delivered) == len(set(delivered)) == rows == USERS * DEVICES * len(EVENTS)
