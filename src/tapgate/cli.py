@@ -488,7 +488,7 @@ def prune(config: ConfigOption = None) -> None:
     arguments, result texts); rows, digests and the audit journal stay."""
     settings = _settings(config)
 
-    async def work() -> tuple[int, int]:
+    async def work() -> tuple[int, int, int]:
         from tapgate.bootstrap import build_gateway
 
         gateway = build_gateway(settings)
@@ -496,12 +496,13 @@ def prune(config: ConfigOption = None) -> None:
             pruned = await gateway.prune()
         finally:
             await gateway.close()
-        return pruned.invocations, pruned.events
+        return pruned.invocations, pruned.events, pruned.notices
 
-    invocations, events = _run(work)
+    invocations, events, notices = _run(work)
     typer.echo(
         f"Erased the bodies of {invocations} invocations and {events} forwarded messages "
-        f"older than {settings.retention_days} days."
+        f"older than {settings.retention_days} days; let go of {notices} notices no link carried "
+        f"within {settings.notice_life_seconds} s."
     )
 
 
