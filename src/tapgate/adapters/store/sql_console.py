@@ -4,24 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any
 
 from sqlalchemy import insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from tapgate.adapters.store import tables as t
+from tapgate.adapters.store.sql_base import Repo
 from tapgate.domain.console import ConsoleSession, SignIn, SignInKind, SignInStatus
 from tapgate.domain.errors import Conflict
-
-
-class _Conn(Protocol):
-    async def execute(self, statement: Any, parameters: Any = None) -> Any: ...
-
-
-class _Repo:
-    def __init__(self, conn: _Conn, tenant_id: str) -> None:
-        self.conn = conn
-        self.tenant_id = tenant_id
 
 
 def _sign_in(r: Any) -> SignIn:
@@ -39,7 +30,7 @@ def _sign_in(r: Any) -> SignIn:
     )
 
 
-class SqlSignIns(_Repo):
+class SqlSignIns(Repo):
     async def add(self, sign_in: SignIn) -> None:
         try:
             await self.conn.execute(
@@ -93,7 +84,7 @@ def _session(r: Any) -> ConsoleSession:
     )
 
 
-class SqlConsoleSessions(_Repo):
+class SqlConsoleSessions(Repo):
     async def add(self, session: ConsoleSession) -> None:
         await self.conn.execute(
             insert(t.console_sessions),
