@@ -89,13 +89,20 @@ async def test_a_device_link_is_not_woken_by_the_sweep(nats_url: str) -> None:
     tenant = tenant_name()
     async with started(nats_url, poll_seconds=0.05) as wake:
         with (
-            wake.subscribe(f"{tenant}:device:lamp") as link,
+            wake.subscribe(f"{tenant}:device:lamp") as long_poll,
+            # A live link also waits on its person's inbox and notices, unswept.
+            wake.subscribe(f"{tenant}:device:lamp", swept=False) as link,
+            wake.subscribe(f"{tenant}:inbox:ana", swept=False) as link_inbox,
+            wake.subscribe(f"{tenant}:inbox:ana") as inbox_long_poll,
             wake.subscribe(f"{tenant}:events:ana") as events,
         ):
             for _ in range(3):  # three sweeps
                 events.clear()
                 await asyncio.wait_for(events.wait(), timeout=BOUND)
-            assert not link.is_set()
+            assert inbox_long_poll.is_set()  # an inbox long-poll is swept like any other waiter
+            assert not long_poll.is_set() and not link.is_set() and not link_inbox.is_set()
+            wake.notify(f"{tenant}:inbox:ana")  # a real notification still wakes the link
+            assert link_inbox.is_set()
 
 
 async def test_keys_notified_before_start_are_sent_when_a_command_closes(nats_url: str) -> None:

@@ -377,7 +377,10 @@ class Wake(Protocol):
 
     degraded: bool  # notifications may be missed just now: waiters also re-read on an interval
 
-    def subscribe(self, key: str) -> AbstractContextManager[asyncio.Event]: ...
+    def subscribe(self, key: str, swept: bool = True) -> AbstractContextManager[asyncio.Event]:
+        """An event set when ``key`` is notified. A waiter that recovers a missed notification by other
+        means (a live link: its push, its next wake) passes ``swept=False`` and is left out of any sweep
+        that wakes every waiter on a timer, so an idle link stays idle."""
 
     def notify(self, key: str) -> None: ...
 

@@ -54,9 +54,10 @@ async def frames(
     await devices.open_link(ctx.store, ctx.clock, caller, links.hold_seconds)
     try:
         with (
-            ctx.wake.subscribe(device_key(tenant, uid)) as work,
-            ctx.wake.subscribe(inbox_key(tenant, user)) as asks,
-            ctx.wake.subscribe(notices_key(tenant, user)) as news,
+            # Unswept: a link re-reads when woken, never on a sweep's timer (a call it misses is pushed).
+            ctx.wake.subscribe(device_key(tenant, uid), swept=False) as work,
+            ctx.wake.subscribe(inbox_key(tenant, user), swept=False) as asks,
+            ctx.wake.subscribe(notices_key(tenant, user), swept=False) as news,
             links.holding(tenant, uid, work),
         ):
             calls: set[str] = set()

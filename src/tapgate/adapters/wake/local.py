@@ -15,18 +15,22 @@ class LocalWake:
         # waiters then also re-read every invocation_poll_seconds.
         self.degraded = False
         self._listeners: list[Callable[[str | None], None]] = []
+        self._unswept: set[asyncio.Event] = set()  # waiters a sweep leaves alone (live links)
 
     def listen(self, callback: Callable[[str | None], None]) -> None:
         """Call ``callback`` with every notified key (None when every waiter is woken at once)."""
         self._listeners.append(callback)
 
     @contextlib.contextmanager
-    def subscribe(self, key: str) -> Iterator[asyncio.Event]:
+    def subscribe(self, key: str, swept: bool = True) -> Iterator[asyncio.Event]:
         event = asyncio.Event()
         self._waiters[key].add(event)
+        if not swept:
+            self._unswept.add(event)
         try:
             yield event
         finally:
+            self._unswept.discard(event)
             waiters = self._waiters.get(key)
             if waiters is not None:
                 waiters.discard(event)
@@ -47,11 +51,11 @@ class LocalWake:
             callback(None)
 
     def wake_waiters(self, but: Callable[[str], bool] = lambda _key: False) -> None:
-        """Wake every waiter whose key ``but`` does not exclude, so it re-reads; the listeners are not
-        told (a sweep: nothing is known to have changed)."""
+        """Wake every waiter whose key ``but`` does not exclude and that did not subscribe unswept, so it
+        re-reads; the listeners are not told (a sweep: nothing is known to have changed)."""
         for key, waiters in self._waiters.items():
             if not but(key):
-                for event in waiters:
+                for event in waiters - self._unswept:
                     event.set()
 
     def waiting(self) -> int:

@@ -5,8 +5,9 @@ key: the waiters of this process wake at once and the key is published on ``tapg
 (core NATS, at most once). Every gateway subscribes to ``tapgate.wake.>`` and wakes its own waiters.
 
 The row is the truth and a woken waiter re-reads it, so a wake may be lost without losing anything but
-time: every ``poll_seconds`` a sweep wakes every waiter (device links excepted: they re-read on their own
-refresh, and a call a live link has not taken goes out as a push). While the connection is down the wake
+time: every ``poll_seconds`` a sweep wakes every waiter but device long-polls and live links (they
+subscribe unswept: a call a live link has not taken goes out as a push, and a long-poll returns within
+its own wait), so an idle link costs nothing. While the connection is down the wake
 is ``degraded`` (waiters re-read on the poll interval, the auth cache is bypassed); nats-py reconnects by
 itself, and on reconnection every waiter and listener is told that anything may have changed.
 
