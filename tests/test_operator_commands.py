@@ -213,3 +213,21 @@ def test_pair_prints_a_link_and_qr_code_for_the_served_port_and_lets_the_device_
             assert [t["function"]["name"] for t in tools] == ["device__desk_lamp__set_light"]
     finally:
         server.stop()
+
+
+def test_console_link_points_at_the_served_port_and_refuses_one_where_nothing_answers(config: Path) -> None:
+    _tapgate(config, "user", "add", "ana")
+    refused = runner.invoke(
+        app, ["console", "link", "--tenant", "default", "--user", "ana", "--config", str(config), "--url",
+              "http://127.0.0.1:9"],
+    )  # fmt: skip
+    assert refused.exit_code == 1 and "Nothing answers at http://127.0.0.1:9" in refused.output
+    server = Server(config).start()
+    try:
+        printed = _tapgate(
+            config, "console", "link", "--tenant", "default", "--user", "ana", "--url", server.url
+        )
+        link = printed.strip().splitlines()[-1]
+        assert link.startswith(f"{server.url}/console/link/")
+    finally:
+        server.stop()

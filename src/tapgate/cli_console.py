@@ -18,22 +18,25 @@ def link(
         typer.Option(
             "--url",
             envvar="TAPGATE_URL",
-            help="The address the person's browser reaches the gateway at (default: public_url).",
+            help="The address the person's browser reaches the gateway at (default: public_url, else "
+            "http://127.0.0.1:8080); something must answer there.",
         ),
     ] = None,
     config: Annotated[str | None, typer.Option(help="The settings file (default: tapgate.toml).")] = None,
 ) -> None:
     """Print a one-time link that signs USER into the console (15 minutes; for a person with no phone yet)."""
     from tapgate.cli import _operator, _run, _settings
+    from tapgate.operator_commands import served_at
 
     settings = _settings(config)
+    address = served_at(url, config)
 
     async def work() -> str:
         from tapgate.bootstrap import build_gateway
 
         gateway = build_gateway(settings)
         try:
-            return await gateway.console_link(_operator(tenant), user, url)
+            return await gateway.console_link(_operator(tenant), user, address)
         finally:
             await gateway.close()
 

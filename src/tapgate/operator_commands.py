@@ -173,6 +173,24 @@ def _listening(url: str) -> bool:
         return False
 
 
+def served_at(url: str | None, config: str | None) -> str:
+    """The address a link printed for a person points at (``--url``, else ``public_url``, else the default
+    serve address), once something answers there: a link to a port nothing listens on helps nobody."""
+    from tapgate.config import load_settings
+    from tapgate.listening import DEFAULT_PUBLIC_URL
+
+    try:
+        public_url = url or load_settings(config).public_url or DEFAULT_PUBLIC_URL
+    except ConfigurationError as e:
+        raise _fail(e.message) from None
+    if not _listening(public_url):
+        raise _fail(
+            f"Nothing answers at {public_url}: start 'tapgate serve', or pass --url with the address it "
+            "listens on (e.g. --url http://127.0.0.1:18231)."
+        )
+    return public_url
+
+
 def pair(
     user: UserOption,
     tenant: TenantOption = "default",
@@ -194,18 +212,7 @@ def pair(
     comparison code it shows, and let it in as the operator."""
     import segno
 
-    from tapgate.config import load_settings
-    from tapgate.listening import DEFAULT_PUBLIC_URL
-
-    try:
-        public_url = url or load_settings(config).public_url or DEFAULT_PUBLIC_URL
-    except ConfigurationError as e:
-        raise _fail(e.message) from None
-    if not _listening(public_url):
-        raise _fail(
-            f"Nothing answers at {public_url}: start 'tapgate serve', or pass --url with the address it "
-            "listens on (e.g. --url http://127.0.0.1:18231)."
-        )
+    public_url = served_at(url, config)
     operator = _operator(tenant)
 
     async def work(gateway: Gateway) -> str:
