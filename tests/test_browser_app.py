@@ -907,3 +907,24 @@ async def test_an_agents_notice_shows_on_the_app_as_a_line_in_generic_words(phon
     await expect(phone.page.locator("#notices li")).to_have_text(
         ["A goal is waiting for you."], timeout=WAIT_MS
     )
+
+
+async def test_a_card_stays_when_the_app_looks_for_work_again_while_its_call_is_held(
+    phone: Phone, home: Home
+) -> None:
+    """The device's fetch lists work to take, not every open call: a call its link (or an earlier poll)
+    already handed over is left out for redelivery_seconds. A look for work (the page shown again, the
+    network back, a push) must not take the person's card away in the middle of their answer."""
+    from playwright.async_api import expect
+
+    call = await home.invoke("device__ana_phone__sms_send", {"to": "+15551234567", "body": "Held card"})
+    card = phone.card("Held card")
+    await expect(card).to_be_visible(timeout=WAIT_MS)
+    await card.get_by_role("button", name="Open in Messages").click()
+    await expect(card.locator(".card-kind")).to_have_text("Did you send it?")
+    async with phone.page.expect_response(lambda r: r.url.endswith("/v1/device/invocations")) as fetched:
+        await phone.page.evaluate("window.dispatchEvent(new Event('online'))")  # the app looks again
+    assert (await (await fetched.value).json())["invocations"] == []  # the held call is not handed again
+    await expect(card.locator(".card-kind")).to_have_text("Did you send it?")
+    await card.get_by_role("button", name="Sent", exact=True).click()
+    assert (await home.view(call["id"], wait=WAIT_MS / 1000))["status"] == "done"

@@ -352,7 +352,7 @@ function startHome() {
   link = new DeviceLink(device, {
     state: setLinkState,
     connected: () => refresh(),
-    pending: (list) => reconcileInvocations(list, null),
+    pending: addInvocations,
     invoke: addInvocation,
     approval: addApproval,
     notice: showNotice,
@@ -447,11 +447,10 @@ function wake() {
 
 async function refresh() {
   if (!device || device.status !== "active") return;
-  const started = performance.now();
   if (inbox) inbox.kick();
   flushAnswers();
   const reply = await request("GET", "/v1/device/invocations", { token: device.token });
-  if (reply.ok && reply.body) reconcileInvocations(reply.body.invocations || [], started);
+  if (reply.ok && reply.body) addInvocations(reply.body.invocations || []);
 }
 
 function updateEmpty() {
@@ -522,14 +521,10 @@ function kindLine(invocation) {
   return `On ${device.name}`;
 }
 
-function reconcileInvocations(list, started) {
-  const present = new Set(list.map((i) => i.id));
-  for (const [id, entry] of invocationCards) {
-    if (!present.has(id) && (started === null || entry.added < started)) {
-      removeCard(invocationCards, id);
-      remember(`${entry.title}: no longer waiting`, "expired");
-    }
-  }
+/** A fetch lists work to take, not every open call: a call already handed over (by the link, or by an
+ * earlier poll) is left out until redelivery_seconds have passed. So a card is never taken away because a
+ * fetch left its call out; it goes when the person answers, when its call expires, or with the device. */
+function addInvocations(list) {
   for (const invocation of list) addInvocation(invocation);
 }
 
@@ -560,7 +555,7 @@ function addInvocation(invocation) {
     remember(`${chosen.title}: declined`, "declined");
   });
   $("cards").prepend(card);
-  const entry = { card, title: chosen.title, added: performance.now(), timer: 0 };
+  const entry = { card, title: chosen.title, timer: 0 };
   invocationCards.set(invocation.id, entry);
   entry.timer = expireAt(invocationCards, invocation.id, invocation.expires_at, chosen.title);
   updateEmpty();
