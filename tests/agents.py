@@ -104,13 +104,15 @@ class Home:
         """Devices that long-poll their pending calls and answer each ``done`` with a message; yields
         every call they received, in order."""
         seen: list[dict[str, Any]] = []
+        stopping = anyio.Event()
         async with httpx.AsyncClient(base_url=self.url, timeout=30) as device_http:
 
             async def loop(device_id: str) -> None:
                 token = self.devices[device_id]
-                while True:
-                    # Short polls: the gateway holds an abandoned poll to the end of its wait, and a
-                    # stopping gateway waits for it.
+                while not stopping.is_set():
+                    # Short polls, each let run to its end when the devices stop: a poll abandoned
+                    # mid-wait would still be handed the next call, and the gateway hands a call again
+                    # only after redelivery_seconds.
                     r = await device_http.get("/v1/device/invocations?wait=3", headers=bearer(token))
                     assert r.status_code == 200, r.text
                     for call in r.json()["invocations"]:
@@ -123,8 +125,10 @@ class Home:
             async with anyio.create_task_group() as tg:
                 for device_id in device_ids:
                     tg.start_soon(loop, device_id)
-                yield seen
-                tg.cancel_scope.cancel()
+                try:
+                    yield seen
+                finally:
+                    stopping.set()  # each loop ends after its poll in flight, answering what it got
 
 
 @contextlib.asynccontextmanager
