@@ -1102,3 +1102,21 @@ def test_run_shows_an_agents_notice_that_arrives_on_its_link_once(
     person.invoke(SET_LIGHT, arguments={"on": True})  # a call after it: the notice is not shown again
     phone.expect("answered")
     assert sum("notice run.finished" in line for line in phone.lines) == 1
+
+
+def test_device_login_signs_the_person_into_the_console_with_the_phones_key(person: Person) -> None:
+    state = person.pair()
+    tenant = person.operator.split("_")[1]
+    with httpx.Client(base_url=person.server.url, timeout=TIMEOUT) as browser:
+        page = browser.get("/console/sign-in", params={"tenant": tenant})
+        assert page.status_code == 200, page.text
+        link = re.search(r"https?://[^\"'\s<]+/app/#console=[\w.-]+", page.text)
+        assert link is not None
+        signed = tapgate("device", "login", link.group(0), "--state", str(state), "--yes")
+        assert signed.returncode == 0, signed.stderr
+        assert "Signed in" in signed.stdout
+        done = browser.get("/console/sign-in/status", headers={"hx-request": "true"})
+        assert done.headers.get("hx-redirect") == "/console/devices"
+        assert browser.get("/console/devices").status_code == 200  # the session cookie works
+    declined = tapgate("device", "login", f"{person.server.url}/app/#console=nope", "--state", str(state))
+    assert declined.returncode == 2 and "not a console sign-in link" in declined.stderr
