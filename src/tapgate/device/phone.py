@@ -375,6 +375,8 @@ class Phone:
             done, _ = await asyncio.wait([*tasks, stopped], return_when=asyncio.FIRST_COMPLETED)
         finally:
             for task in (*tasks, stopped):
+                task.cancel()  # all at once: a link that closes must not wake the inbox poll first
+            for task in (*tasks, stopped):
                 await background.stop(task)  # asked again until it ends: a cancel can be swallowed
         for task in done:
             if task is stopped or task.cancelled():

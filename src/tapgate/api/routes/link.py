@@ -170,6 +170,8 @@ class DeviceLink:
                 await _close(self.ws, REVOKED)
         finally:
             for task in (sending, receiving, lapsing):
+                task.cancel()  # all at once, then each until it has really ended
+            for task in (sending, receiving, lapsing):
                 await tasks.stop(task)
             await _close(self.ws, self.close_code)
 
