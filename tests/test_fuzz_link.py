@@ -92,12 +92,29 @@ _frame_objects = st.fixed_dictionaries(
         "token": _json,
     },
 )
+
+
+class _Oversized:
+    """A frame one byte over the limit, drawn with a short repr: a report that printed the frame itself
+    (133 kB) was refused by Hypothesis, and the failure behind it was lost."""
+
+    def __repr__(self) -> str:
+        return "OVERSIZED"
+
+
+OVERSIZED = _Oversized()
+
+
+def _wire(frame: str | bytes | _Oversized) -> str | bytes:
+    return "x" * (MAX_FRAME + 1) if isinstance(frame, _Oversized) else frame
+
+
 _frames = st.one_of(
     _frame_objects.map(json.dumps),
     _json.map(json.dumps),
     st.text(max_size=300),
     st.binary(max_size=300),
-    st.just("x" * (MAX_FRAME + 1)),
+    st.just(OVERSIZED),
 )
 
 
@@ -115,7 +132,7 @@ def _next_invoke(link: ClientConnection, call_id: str) -> dict[str, Any]:
 )
 @given(frames=st.lists(_frames, min_size=1, max_size=6))
 def test_no_frame_a_device_sends_breaks_the_gateway_or_its_link(
-    lamp: Lamp, frames: list[str | bytes]
+    lamp: Lamp, frames: list[str | bytes | _Oversized]
 ) -> None:
     url = lamp.server.url.replace("http", "ws") + "/v1/device/connect"
     with (
@@ -124,7 +141,7 @@ def test_no_frame_a_device_sends_breaks_the_gateway_or_its_link(
     ):
         try:
             for frame in frames:
-                link.send(frame)
+                link.send(_wire(frame))
             call_id = f"fz-{secrets.token_hex(6)}"
             body = {"tool": TOOL, "arguments": {"on": True}, "invocation_id": call_id}
             r = http.post("/v1/invocations", json=body, headers=bearer(lamp.agent))
