@@ -46,3 +46,32 @@ async def test_a_call_to_a_long_polling_device_commits_its_call_its_hand_over_an
     for _ in range(3):
         await _round_trip(device_api, agent, lamp)
     assert COUNTS.writing - before == 3 * 3
+
+
+async def test_a_link_that_opens_writes_once_and_reads_its_pending_work_in_one_transaction(
+    device_api: httpx.AsyncClient,
+) -> None:
+    """Opening a live link writes its presence and its hold together, and the first look at the
+    device's calls, the person's approvals and the device's notices is one read."""
+    world = await World(device_api).start()
+    await world.person("ana")
+    agent = await world.agent("ana")
+    lamp = await world.enrol("ana", device_body("desk-lamp", [LAMP], grants=["set_light"]))
+    r = await device_api.post(
+        "/v1/invocations", json={"tool": TOOL, "arguments": {"on": True}, "wait": 0}, headers=bearer(agent)
+    )
+    assert r.json()["status"] == "pending", r.text
+    gateway = device_api.app.state.gateway  # type: ignore[attr-defined]
+    gateway._auth.clear()  # a device that connects cold: its token is read from the database
+    before = COUNTS.writing
+    caller = await gateway.authenticate_device(lamp, present=False)
+    frames = gateway.device_link(caller, lamp)
+    try:
+        frame = await asyncio.wait_for(anext(frames), timeout=20)
+        assert frame["type"] == "device:invoke"
+        assert COUNTS.writing - before == 1
+        async with gateway.store.unit_of_work(caller.principal.tenant_id) as uow:
+            device = await uow.devices.by_uid(caller.device.device_uid)
+        assert device is not None and device.last_seen_at is not None and device.link_until is not None
+    finally:
+        await frames.aclose()

@@ -268,8 +268,9 @@ class Gateway:
         caller.require(TokenKind.OPERATOR, TokenKind.USER, scope=Scope.DEVICE_WRITE)
         await devices.revoke(self.store, self.clock, caller, user_id, device_id)
 
-    async def authenticate_device(self, token: str) -> DeviceCaller:
-        """Revalidate the device behind a device token on every request, and mark it present.
+    async def authenticate_device(self, token: str, present: bool = True) -> DeviceCaller:
+        """Revalidate the device behind a device token on every request, and mark it present (a link
+        that opens passes ``present=False``: its hold marks it, in one write).
 
         A device revalidated moments ago is taken from the cache, which forgets it the moment its
         tenant's devices change (in any process), so a revoked device still fails its next request."""
@@ -278,7 +279,7 @@ class Gateway:
             self._usage.seen(cached.principal)
             return cached
         principal = await self.authenticate(token)
-        caller = await devices.authenticate_device(self.store, self.clock, principal)
+        caller = await devices.authenticate_device(self.store, self.clock, principal, present)
         self._auth.keep(token, principal, caller)
         return caller
 

@@ -58,21 +58,17 @@ async def pending(
             await sleep_until_woken(ctx, woken, left)
 
 
-async def take_pending(ctx: Context, caller: DeviceCaller) -> list[Invocation]:
+async def take_pending(uow: UnitOfWork, caller: DeviceCaller, now: datetime) -> list[Invocation]:
     """Every pending invocation not yet overdue, held or not (what a live link sends; the link itself
-    remembers what it sent). A device with a push target has them marked as handed over
-    (so its push for them is withheld); for any other device the fetch writes nothing, since nothing
-    reads the mark but the push worker."""
-    now = ctx.clock.now()
-    async with ctx.store.unit_of_work(caller.principal.tenant_id) as uow:
-        found = [
-            i
-            for i in await uow.invocations.pending_for(caller.device.device_uid, MAX_FETCH)
-            if not i.due(now)
-        ]
-        fresh = [i.invocation_id for i in found if i.delivered_at is None]
-        if fresh and caller.device.push is not None:
-            await uow.invocations.mark_delivered(caller.device.device_uid, fresh, now)
+    remembers what it sent), read in the link's unit of work. A device with a push target has them
+    marked as handed over (so its push for them is withheld); for any other device the fetch writes
+    nothing, since nothing reads the mark but the push worker."""
+    found = [
+        i for i in await uow.invocations.pending_for(caller.device.device_uid, MAX_FETCH) if not i.due(now)
+    ]
+    fresh = [i.invocation_id for i in found if i.delivered_at is None]
+    if fresh and caller.device.push is not None:
+        await uow.invocations.mark_delivered(caller.device.device_uid, fresh, now)
     return found
 
 

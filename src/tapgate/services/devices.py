@@ -236,8 +236,11 @@ async def revoke_in(uow: UnitOfWork, device: Device, now: datetime, actor: str, 
     )
 
 
-async def authenticate_device(store: Store, clock: Clock, principal: Principal) -> DeviceCaller:
-    """Revalidate a device token's device (active, not revoked) and mark it present.
+async def authenticate_device(
+    store: Store, clock: Clock, principal: Principal, present: bool = True
+) -> DeviceCaller:
+    """Revalidate a device token's device (active, not revoked) and mark it present (unless ``present``
+    is False: a link that opens marks it in the same write as its hold).
 
     Raises Unauthenticated for a revoked or unknown device, Forbidden for one awaiting consent.
     """
@@ -250,7 +253,8 @@ async def authenticate_device(store: Store, clock: Clock, principal: Principal) 
             raise Unauthenticated("This device was removed; pair it again.")
         if device.status is DeviceStatus.PENDING:
             raise Forbidden("This device waits for the person to confirm the pairing.")
-        await uow.devices.touch(device.device_uid, now)
+        if present:
+            await uow.devices.touch(device.device_uid, now)
     caller = replace(principal, device_id=device.device_id)
     return DeviceCaller(caller, replace(device, last_seen_at=now))
 
@@ -302,10 +306,12 @@ async def hold_link(store: Store, clock: Clock, caller: DeviceCaller, seconds: f
 
 
 async def open_link(store: Store, clock: Clock, caller: DeviceCaller, seconds: float) -> None:
-    """A live link opened: hold it for ``seconds``; ``device.online`` when the device had none."""
+    """A live link opened: mark the device present and hold the link for ``seconds``; ``device.online``
+    when the device had none."""
     now = clock.now()
     async with store.unit_of_work(caller.principal.tenant_id) as uow:
         device = await uow.devices.by_uid(caller.device.device_uid)
+        await uow.devices.touch(caller.device.device_uid, now)
         await uow.devices.set_link(caller.device.device_uid, now + timedelta(seconds=seconds))
         if device is not None and not device.live(now):
             await announce_device(uow, device, DEVICE_ONLINE, now)

@@ -74,25 +74,30 @@ async def frames(
                 except TapgateError:
                     yield REVOKED_FRAME
                     return
-                if work_woke or not calls or ctx.wake.degraded or look_at_approvals:
-                    pending = await answering.take_pending(ctx, caller)
+                look_at_calls = work_woke or not calls or ctx.wake.degraded or look_at_approvals
+                # What the wake asks for is read in one unit of work, then sent outside it.
+                now = ctx.clock.now()
+                since = now - timedelta(seconds=ctx.limits.notice_life_seconds)
+                pending = open_ = unsent = None
+                async with ctx.store.unit_of_work(tenant) as uow:
+                    if look_at_calls:
+                        pending = await answering.take_pending(uow, caller, now)
+                    if look_at_approvals:
+                        open_ = [a for a in await uow.approvals.pending_for(user) if a.expires_at > now]
+                    if look_at_notices:
+                        unsent = await uow.outbox.notices_for(uid, since)
+                if pending is not None:
                     for invocation in pending:
                         if invocation.invocation_id not in calls:
                             yield invoke_frame(invocation)
                     calls = {i.invocation_id for i in pending}
                     links.note_sent(tenant, uid, calls)
-                if look_at_approvals:
-                    now = ctx.clock.now()
-                    async with ctx.store.unit_of_work(tenant) as uow:
-                        open_ = [a for a in await uow.approvals.pending_for(user) if a.expires_at > now]
+                if open_ is not None:
                     for approval in open_:
                         if approval.approval_id not in approvals:
                             yield approval_frame(approval)
                     approvals = {a.approval_id for a in open_}
-                if look_at_notices:
-                    since = ctx.clock.now() - timedelta(seconds=ctx.limits.notice_life_seconds)
-                    async with ctx.store.unit_of_work(tenant) as uow:
-                        unsent = await uow.outbox.notices_for(uid, since)
+                if unsent is not None:
                     noticed &= {n.delivery_id for n in unsent}  # the rest were marked: never read again
                     waiting = [n for n in unsent if n.delivery_id not in noticed]
                     try:

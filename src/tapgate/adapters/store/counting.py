@@ -52,4 +52,5 @@ def count(engine: Engine) -> None:
     @event.listens_for(engine, "rollback")
     def _rollback(conn: Any) -> None:
         COUNTS.transactions += 1
-        conn.info.pop("tapgate_wrote", None)
+        if not conn.invalidated:  # a connection that died has no info to read (and reading it raises)
+            conn.info.pop("tapgate_wrote", None)

@@ -9,10 +9,13 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Sequence
+from typing import Any
 
 from sqlalchemy import select, text
+from sqlalchemy.engine import Result
 from sqlalchemy.exc import DBAPIError
-from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+from sqlalchemy.sql.base import Executable
 
 from tapgate.adapters.store import tables as t
 from tapgate.adapters.store.counting import count
@@ -30,6 +33,7 @@ from tapgate.adapters.wake.postgres import CHANNEL
 from tapgate.domain.errors import StorageError
 
 log = logging.getLogger(__name__)
+SET_TENANT = text("SELECT set_config('app.tenant_id', :tenant, true)")
 
 
 class SqlStore:
@@ -70,11 +74,8 @@ class SqlStore:
                 async with self.sqlite.transaction() as inline:
                     yield SqlUnitOfWork(inline, tenant_id)
                 return
-            assert self.engine is not None
-            async with self.engine.begin() as conn:
-                await conn.execute(
-                    text("SELECT set_config('app.tenant_id', :tenant, true)"), {"tenant": tenant_id}
-                )
+            async with contextlib.AsyncExitStack() as held:
+                conn, _ = await self._begin(held, SET_TENANT, {"tenant": tenant_id})
                 uow = SqlUnitOfWork(conn, tenant_id)
                 yield uow
                 if uow.keys and self.database_notify:
@@ -88,14 +89,42 @@ class SqlStore:
             log.error("storage error", extra={"error": type(e.orig).__name__})
             raise StorageError("The database failed; try again, and check the server's health.") from e
 
-    async def tenant_ids(self) -> Sequence[str]:
-        if self.sqlite is not None:
-            async with self.sqlite.reading() as inline:
-                rows = await inline.execute(select(t.tenants.c.tenant_id).order_by(t.tenants.c.tenant_id))
-                return [r[0] for r in rows]
+    async def _begin(
+        self, held: contextlib.AsyncExitStack, first: Executable, parameters: dict[str, Any] | None = None
+    ) -> tuple[AsyncConnection, Result[Any]]:
+        """A transaction on a pooled connection, held open by ``held``, and its ``first`` statement's result
+        (a unit of work's first statement sets its tenant for row-level security).
+
+        No ping before each transaction: a connection PostgreSQL closed meanwhile (a restart, an idle
+        timeout) fails the first statement, before anything was done, and only then is it replaced and
+        the statement sent once more on a fresh one. A pre-ping would cost a network round trip on every
+        transaction instead."""
         assert self.engine is not None
-        async with self.engine.connect() as conn:
-            return [r[0] for r in await conn.execute(text("SELECT tapgate_tenant_ids()"))]
+        for attempt in (1, 2):
+            transaction = contextlib.AsyncExitStack()
+            conn = await transaction.enter_async_context(self.engine.begin())
+            try:
+                result = await conn.execute(first, parameters)
+            except DBAPIError as e:
+                await transaction.__aexit__(type(e), e, e.__traceback__)
+                if attempt == 1 and e.connection_invalidated:
+                    continue
+                raise
+            held.push_async_exit(transaction)
+            return conn, result
+        raise AssertionError("unreachable")
+
+    async def tenant_ids(self) -> Sequence[str]:
+        try:
+            if self.sqlite is not None:
+                async with self.sqlite.reading() as inline:
+                    rows = await inline.execute(select(t.tenants.c.tenant_id).order_by(t.tenants.c.tenant_id))
+                    return [r[0] for r in rows]
+            async with contextlib.AsyncExitStack() as held:
+                _, rows = await self._begin(held, text("SELECT tapgate_tenant_ids()"))
+                return [r[0] for r in rows]
+        except DBAPIError as e:
+            raise StorageError("The database failed; try again, and check the server's health.") from e
 
     async def ping(self) -> None:
         try:
@@ -103,9 +132,8 @@ class SqlStore:
                 async with self.sqlite.reading() as inline:
                     await inline.execute(text("SELECT 1"))
                 return
-            assert self.engine is not None
-            async with self.engine.connect() as conn:
-                await conn.execute(text("SELECT 1"))
+            async with contextlib.AsyncExitStack() as held:
+                await self._begin(held, text("SELECT 1"))
         except (DBAPIError, OSError) as e:
             raise StorageError("The database cannot be reached.") from e
 
@@ -131,7 +159,7 @@ def open_sql_store(
     url = engine_url(database_url)
     if url.get_backend_name() == "sqlite":
         return SqlStore(None, wake, SqliteDatabase(url))
-    engine = create_async_engine(url, pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True)
+    engine = create_async_engine(url, pool_size=pool_size, max_overflow=pool_size)
     count(engine.sync_engine)
     return SqlStore(engine, wake, database_notify=database_notify)
 

@@ -98,7 +98,7 @@ async def _serve(
             return
         token, claimed = frame.token, frame.device_id
     try:
-        caller = await gateway.authenticate_device(token)
+        caller = await gateway.authenticate_device(token, present=False)  # the link's hold marks it
     except TapgateError:
         await _close(ws, UNAUTHORIZED)
         return
