@@ -15,6 +15,7 @@ from sqlalchemy import event
 from sqlalchemy.engine import Engine
 
 _WRITES = ("INSERT", "UPDATE", "DELETE")
+WROTE = "tapgate_wrote"  # set in a connection's info by a statement that wrote
 _CONTROL = ("BEGIN", "COMMIT", "ROLLBACK", "SAVEPOINT", "RELEASE")
 
 
@@ -41,16 +42,16 @@ def count(engine: Engine) -> None:
             return
         COUNTS.statements += 1
         if head.startswith(_WRITES):
-            conn.info["tapgate_wrote"] = True
+            conn.info[WROTE] = True
 
     @event.listens_for(engine, "commit")
     def _commit(conn: Any) -> None:
         COUNTS.transactions += 1
-        if conn.info.pop("tapgate_wrote", False):
+        if conn.info.pop(WROTE, False):
             COUNTS.writing += 1
 
     @event.listens_for(engine, "rollback")
     def _rollback(conn: Any) -> None:
         COUNTS.transactions += 1
         if not conn.invalidated:  # a connection that died has no info to read (and reading it raises)
-            conn.info.pop("tapgate_wrote", None)
+            conn.info.pop(WROTE, None)

@@ -2,7 +2,8 @@
 
 Building a SQLAlchemy statement costs about seven times what executing a built one does, so the
 statements on every request's path live here as constants; each takes ``tenant`` and its own values as
-parameters. Rarely run statements are built where they are used.
+parameters. Rarely run statements are built where they are used. The ones marked hot (these, and each
+table's INSERT) run straight on the driver on SQLite (``sqlite_raw.py``).
 """
 
 from __future__ import annotations
@@ -127,3 +128,39 @@ COUNT_PENDING_APPROVALS = select(func.count()).where(
 PAUSED_UNTIL = select(_pause.until).where(
     _pause.tenant_id == _tenant, _pause.user_id == bindparam("user"), _pause.agent_id == bindparam("agent")
 )
+
+_hot: dict[int, Any] = {}  # id → statement; each is held here for the process's life, so no id is reused
+
+
+def hot(statement: Any) -> Any:
+    """Mark a statement built once for the process's life as one every request runs."""
+    _hot[id(statement)] = statement
+    return statement
+
+
+def is_hot(statement: Any) -> bool:
+    return id(statement) in _hot
+
+
+for _statement in (
+    CREDENTIAL,
+    DEVICE_BY_UID,
+    LIVE_DEVICE,
+    LIVE_DEVICES,
+    TOUCH_DEVICE,
+    LINK_DEVICE,
+    INVOCATION,
+    PENDING_FOR,
+    OPEN_FOR,
+    RESOLVE,
+    COUNT_CONFIRMING,
+    AUDIT_HEAD,
+    AUDIT_HEAD_LOCKED,
+    MOVE_AUDIT_HEAD,
+    NEXT_EVENT,
+    EVENTS_AFTER,
+    SESSION,
+    COUNT_PENDING_APPROVALS,
+    PAUSED_UNTIL,
+):
+    hot(_statement)

@@ -8,6 +8,7 @@ from typing import Any, Protocol
 from sqlalchemy import insert
 from sqlalchemy.exc import IntegrityError
 
+from tapgate.adapters.store.queries import hot
 from tapgate.domain.errors import Conflict, StorageError
 
 
@@ -44,7 +45,7 @@ class Repo:
 @functools.cache
 def insert_into(table: Any) -> Any:
     """One INSERT statement per table, built once: the values come as parameters."""
-    return insert(table)
+    return hot(insert(table))
 
 
 def is_unique_violation(error: IntegrityError) -> bool:

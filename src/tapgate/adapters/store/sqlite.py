@@ -3,9 +3,10 @@
 SQLite answers a small statement in microseconds and, in WAL mode with ``synchronous=NORMAL``, commits
 without waiting for the disk; handing each statement to a worker thread (as an async driver does) costs
 far more than running it. So the SQLite store holds one stdlib sqlite3 connection (through SQLAlchemy
-Core, for the same statements as PostgreSQL), serialises units of work with an asyncio lock, and runs
-them inline. A commit in WAL mode survives a killed process; only a power loss can drop the last
-transactions, which is what ``synchronous=NORMAL`` trades for speed.
+Core, for the same statements as PostgreSQL, the hot ones compiled once and run on the driver itself:
+``sqlite_raw.py``), serialises units of work with an asyncio lock, and runs them inline. A commit in
+WAL mode survives a killed process; only a power loss can drop the last transactions, which is what
+``synchronous=NORMAL`` trades for speed.
 """
 
 from __future__ import annotations
@@ -22,20 +23,26 @@ from sqlalchemy.pool import StaticPool
 from sqlalchemy.sql.base import Executable
 
 from tapgate.adapters.store.counting import count
+from tapgate.adapters.store.sqlite_raw import RawStatements, Rows
 
 
 class SyncConnection:
-    """The part of SQLAlchemy's AsyncConnection the repositories use, over a sync connection."""
+    """The part of SQLAlchemy's AsyncConnection the repositories use, over a sync connection; the hot
+    statements go straight to sqlite3 (``sqlite_raw.py``)."""
 
-    def __init__(self, conn: Connection) -> None:
+    def __init__(self, conn: Connection, raw: RawStatements) -> None:
         self._conn = conn
+        self._raw = raw
+        self._driver = conn.connection.driver_connection
         self.dialect = conn.dialect
 
-    async def execute(self, statement: Executable, parameters: Any = None) -> Result[Any]:
-        return self._conn.execute(statement, parameters)
+    async def execute(self, statement: Executable, parameters: Any = None) -> Result[Any] | Rows:
+        ran = self._raw.run(self._driver, self._conn.info, statement, parameters)
+        return ran if ran is not None else self._conn.execute(statement, parameters)
 
     async def scalar(self, statement: Executable, parameters: Any = None) -> Any:
-        return self._conn.scalar(statement, parameters)
+        ran = self._raw.run(self._driver, self._conn.info, statement, parameters)
+        return ran.scalar() if ran is not None else self._conn.scalar(statement, parameters)
 
     def begin_nested(self) -> _Savepoint:
         return _Savepoint(self._conn.begin_nested())
@@ -70,6 +77,7 @@ class SqliteDatabase:
         count(self.engine)
         self._conn: Connection | None = None
         self._lock = asyncio.Lock()
+        self._raw = RawStatements(self.engine.dialect)
 
     def _connection(self) -> Connection:
         if self._conn is None or self._conn.closed:
@@ -81,14 +89,14 @@ class SqliteDatabase:
         async with self._lock:
             conn = self._connection()
             with conn.begin():
-                yield SyncConnection(conn)
+                yield SyncConnection(conn, self._raw)
 
     @contextlib.asynccontextmanager
     async def reading(self) -> AsyncIterator[SyncConnection]:
         async with self._lock:
             conn = self._connection()
             try:
-                yield SyncConnection(conn)
+                yield SyncConnection(conn, self._raw)
             finally:
                 if conn.in_transaction():
                     conn.rollback()

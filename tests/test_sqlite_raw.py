@@ -1,0 +1,103 @@
+"""The hot statements run straight on sqlite3 (``sqlite_raw.py``) answer exactly what SQLAlchemy answers
+for them: the same rows with the same Python values (aware datetimes, booleans, numbers), the same counts
+of changed rows, and the same refusal of a duplicate row."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from sqlalchemy.exc import IntegrityError
+
+from tapgate.adapters.store import queries as q
+from tapgate.adapters.store import tables as t
+from tapgate.adapters.store.sql import open_sql_store
+from tapgate.adapters.store.sql_base import insert_into
+from tapgate.adapters.store.sqlite_raw import RawStatements
+from tapgate.domain.audit import AuditRecord
+from tapgate.domain.invocations import Status
+from tests.test_store_contract_ports import _at, _invocation, _with_device
+
+PARAMETERS: dict[str, Any] = {
+    "id": "inv-1",
+    "uid": "d" * 16,
+    "user": "ana",
+    "device": "phone",
+    "agent": "agent",
+    "session": "chat-1",
+    "at": _at(5),
+    "until": _at(60),
+    "limit": 10,
+    "after": 0,
+    "status": Status.DONE.value,
+    "resolved_at": _at(7),
+    "message": "ok",
+    "reason": None,
+    "seq": 99,
+    "hash": "f" * 64,
+}
+NOTHING_TO_FIND = {"CREDENTIAL", "SESSION", "PAUSED_UNTIL"}  # the rows that they read are not written here
+STATEMENTS = [name for name in dir(q) if name.isupper() and q.is_hot(getattr(q, name))]
+
+
+def test_every_hot_statement_is_compiled_for_the_driver() -> None:
+    from sqlalchemy.dialects import sqlite
+
+    raw = RawStatements(sqlite.dialect())
+    assert len(STATEMENTS) >= 19
+    for name in STATEMENTS:
+        assert raw._compile(getattr(q, name), ()) is not None, name
+
+
+@pytest.mark.parametrize("name", STATEMENTS)
+async def test_a_hot_statement_answers_on_the_driver_what_it_answers_through_sqlalchemy(
+    sqlite_url: str, name: str
+) -> None:
+    store = open_sql_store(sqlite_url)
+    try:
+        tenant = await _with_device(store)
+        async with store.unit_of_work(tenant) as uow:
+            for n in range(3):
+                await uow.invocations.add(_invocation(tenant, f"inv-{n}", at=n))
+            await uow.journal.append(
+                AuditRecord("invocation.created", "agent:agent", subject="inv-1"), _at(1)
+            )
+            await uow.events.append("ana", "invocation.created", {"id": "inv-1"}, _at(1))
+        statement, parameters = getattr(q, name), PARAMETERS | {"tenant": tenant}
+        assert store.sqlite is not None
+        conn = store.sqlite._connection()
+        answers = []
+        for direct in (False, True):
+            with conn.begin() as transaction:
+                if direct:
+                    result: Any = store.sqlite._raw.run(
+                        conn.connection.driver_connection, conn.info, statement, parameters
+                    )
+                else:
+                    result = conn.execute(statement, parameters)
+                rows = [tuple(r) for r in result] if statement.exported_columns else []
+                answers.append((rows, result.rowcount if not rows else None))
+                transaction.rollback()
+        assert answers[1] == answers[0]
+        if name not in NOTHING_TO_FIND:
+            assert answers[0] != ([], 0), "the statement found nothing to compare"
+        for rows, _ in answers:
+            for row in rows:
+                for value in row:
+                    assert not isinstance(value, datetime) or value.tzinfo is UTC
+    finally:
+        await store.close()
+
+
+async def test_a_duplicate_row_on_the_driver_is_sqlalchemys_integrity_error(sqlite_url: str) -> None:
+    store = open_sql_store(sqlite_url)
+    try:
+        tenant = await _with_device(store)
+        row = {"tenant_id": tenant, "name": tenant, "created_at": _at(0)}
+        assert store.sqlite is not None
+        conn = store.sqlite._connection()
+        with conn.begin(), pytest.raises(IntegrityError):
+            store.sqlite._raw.run(conn.connection.driver_connection, conn.info, insert_into(t.tenants), row)
+    finally:
+        await store.close()
