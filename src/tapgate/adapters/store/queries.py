@@ -38,11 +38,13 @@ LIVE_DEVICE = _DEVICES.where(
     _dev.status != DeviceStatus.REVOKED.value,
 )
 LIVE_DEVICES = _DEVICES.where(_dev.user_id == bindparam("user"), _dev.status != DeviceStatus.REVOKED.value)
-CAPABILITIES = (
-    select(_cap.device_uid, _cap.definition, _cap.granted)
-    .where(_cap.tenant_id == _tenant, _cap.device_uid.in_(bindparam("uids", expanding=True)))
-    .order_by(_cap.device_uid, _cap.position)
+_CAPABILITIES = select(_cap.device_uid, _cap.definition, _cap.granted).order_by(
+    _cap.device_uid, _cap.position
 )
+CAPABILITIES = _CAPABILITIES.where(
+    _cap.tenant_id == _tenant, _cap.device_uid.in_(bindparam("uids", expanding=True))
+)
+CAPABILITIES_OF = _CAPABILITIES.where(_cap.tenant_id == _tenant, _cap.device_uid == bindparam("uid"))
 TOUCH_DEVICE = (
     update(t.devices)
     .where(_dev.tenant_id == _tenant, _dev.device_uid == bindparam("uid"))
@@ -68,14 +70,14 @@ PENDING_FOR = (
 OPEN_FOR = select(t.invocations).where(
     _inv.tenant_id == _tenant, _inv.device_uid == bindparam("uid"), _inv.status.in_(OPEN)
 )
-MARK_DELIVERED = (
-    update(t.invocations)
-    .where(
-        _inv.tenant_id == _tenant,
-        _inv.device_uid == bindparam("uid"),
-        _inv.invocation_id.in_(bindparam("ids", expanding=True)),
-    )
-    .values(delivered_at=bindparam("at"))
+_DELIVERED = update(t.invocations).values(delivered_at=bindparam("at"))
+MARK_DELIVERED = _DELIVERED.where(
+    _inv.tenant_id == _tenant,
+    _inv.device_uid == bindparam("uid"),
+    _inv.invocation_id.in_(bindparam("ids", expanding=True)),
+)
+MARK_ONE_DELIVERED = _DELIVERED.where(
+    _inv.tenant_id == _tenant, _inv.device_uid == bindparam("uid"), _inv.invocation_id == bindparam("id")
 )
 RESOLVE = (
     update(t.invocations)
@@ -147,11 +149,13 @@ for _statement in (
     DEVICE_BY_UID,
     LIVE_DEVICE,
     LIVE_DEVICES,
+    CAPABILITIES_OF,
     TOUCH_DEVICE,
     LINK_DEVICE,
     INVOCATION,
     PENDING_FOR,
     OPEN_FOR,
+    MARK_ONE_DELIVERED,
     RESOLVE,
     COUNT_CONFIRMING,
     AUDIT_HEAD,

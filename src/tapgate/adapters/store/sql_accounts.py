@@ -158,8 +158,7 @@ class SqlPauses(Repo):
             )
 
     async def paused_until(self, user_id: str, agent_id: str) -> datetime | None:
-        c = t.agent_pauses.c
         until = await self.conn.scalar(
-            select(c.until).where(c.tenant_id == self.tenant_id, c.user_id == user_id, c.agent_id == agent_id)
+            q.PAUSED_UNTIL, {"tenant": self.tenant_id, "user": user_id, "agent": agent_id}
         )
         return until if isinstance(until, datetime) else None

@@ -195,7 +195,10 @@ class SqlInvocations(Repo):
         return [_invocation(r) for r in rows]
 
     async def mark_delivered(self, device_uid: str, invocation_ids: Sequence[str], at: datetime) -> None:
-        if invocation_ids:
+        if len(invocation_ids) == 1:  # the usual case, and a statement built once for every engine
+            values = {"tenant": self.tenant_id, "uid": device_uid, "id": invocation_ids[0], "at": at}
+            await self.conn.execute(q.MARK_ONE_DELIVERED, values)
+        elif invocation_ids:
             values = {"tenant": self.tenant_id, "uid": device_uid, "ids": list(invocation_ids), "at": at}
             await self.conn.execute(q.MARK_DELIVERED, values)
 

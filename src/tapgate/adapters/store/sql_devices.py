@@ -55,7 +55,11 @@ class SqlDevices(Repo):
         if not rows:
             return []
         declared: dict[str, list[Declared]] = {r.device_uid: [] for r in rows}
-        caps = await self.conn.execute(q.CAPABILITIES, {"tenant": self.tenant_id, "uids": list(declared)})
+        if len(declared) == 1:  # the usual case, and a statement built once for every engine
+            found = {"tenant": self.tenant_id, "uid": rows[0].device_uid}
+            caps = await self.conn.execute(q.CAPABILITIES_OF, found)
+        else:
+            caps = await self.conn.execute(q.CAPABILITIES, {"tenant": self.tenant_id, "uids": list(declared)})
         for cap in caps:
             declared[cap.device_uid].append(Declared(_stored_capability(cap.definition), cap.granted))
         return [
