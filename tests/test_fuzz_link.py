@@ -32,7 +32,8 @@ from tests.world import LAMP, bearer, device_body
 
 EXAMPLES = scaled(25, 300)
 # Codes a frame may close the link with (4401 token refused, 4403 revoked: neither should come here, as
-# the token stays good; 1009 a frame over ws_max_frame_bytes, closed without being read). 1000 is the
+# the token stays good; 1009 a frame over ws_max_frame_bytes, closed without being read, which a device
+# still sending it may see as a reset instead). 1000 is the
 # gateway ending a link on its own (shutting down), never an answer to a frame, and 1011 would be a crash.
 DOCUMENTED_CLOSES = {4401, 4403, 1009}
 SECONDS = 30  # a bound on each wait for the gateway, far above what it takes on a busy machine
@@ -139,8 +140,10 @@ def test_no_frame_a_device_sends_breaks_the_gateway_or_its_link(
         httpx.Client(base_url=lamp.server.url, timeout=SECONDS) as http,
         connect(url, additional_headers=bearer(lamp.token), compression=None, open_timeout=SECONDS) as link,
     ):
+        oversized = False
         try:
             for frame in frames:
+                oversized = oversized or isinstance(frame, _Oversized)
                 link.send(_wire(frame))
             call_id = f"fz-{secrets.token_hex(6)}"
             body = {"tool": TOOL, "arguments": {"on": True}, "invocation_id": call_id}
@@ -152,7 +155,10 @@ def test_no_frame_a_device_sends_breaks_the_gateway_or_its_link(
             assert r.json()["status"] == "done", r.text  # … and answers from it
         except ConnectionClosed as closed:
             code = closed.rcvd.code if closed.rcvd is not None else None
-            assert code in DOCUMENTED_CLOSES, f"closed with {code} after {frames!r}"
+            # The gateway closes on a frame too large without reading it; the device, still sending, may
+            # get TCP's reset before the close frame (docs/device-protocol.md). Nothing else may reset.
+            reset = code is None and oversized and isinstance(closed.__cause__, (ConnectionError, EOFError))
+            assert code in DOCUMENTED_CLOSES or reset, f"closed with {code} after {frames!r}"
         assert http.get("/readyz").status_code == 200
     assert lamp.server.process is not None and lamp.server.process.poll() is None
 

@@ -181,7 +181,8 @@ class RunningPhone:
             stderr=subprocess.PIPE,
             stdin=subprocess.PIPE,
             text=True,
-            env=os.environ | {"PYTHONUNBUFFERED": "1", "COLUMNS": "200"},
+            # PYTHONFAULTHANDLER: a run that does not end is sent SIGABRT, and prints where each thread was.
+            env=os.environ | {"PYTHONUNBUFFERED": "1", "COLUMNS": "200", "PYTHONFAULTHANDLER": "1"},
         )
         self.lines: list[str] = []
         self._queue: queue.Queue[str | None] = queue.Queue()
@@ -219,7 +220,12 @@ class RunningPhone:
         self.process.stdin.flush()
 
     def wait(self, seconds: float = LINE_SECONDS) -> int:
-        return self.process.wait(timeout=seconds)
+        try:
+            return self.process.wait(timeout=seconds)
+        except subprocess.TimeoutExpired:
+            self.process.send_signal(signal.SIGABRT)
+            self.process.wait(timeout=LINE_SECONDS)
+            pytest.fail(f"run did not end in {seconds} s; where it was:\n" + self.stderr())
 
     def stderr(self) -> str:
         if self.process.poll() is None or self.process.stderr is None:
