@@ -101,3 +101,36 @@ async def test_a_duplicate_row_on_the_driver_is_sqlalchemys_integrity_error(sqli
             store.sqlite._raw.run(conn.connection.driver_connection, conn.info, insert_into(t.tenants), row)
     finally:
         await store.close()
+
+
+async def _write_then_fail(store: Any, tenant: str, through_sqlalchemy: bool) -> None:
+    async with store.unit_of_work(tenant) as uow:
+        await uow.invocations.add(_invocation(tenant, "inv-lost"))  # a hot INSERT
+        if through_sqlalchemy:
+            await uow.pauses.pause("ana", "agent", _at(9))  # an UPDATE built per call
+        raise RuntimeError("the unit of work fails after writing")
+
+
+@pytest.mark.parametrize("through_sqlalchemy", [False, True])
+async def test_a_unit_of_work_commits_all_of_its_rows_or_none(
+    sqlite_url: str, through_sqlalchemy: bool
+) -> None:
+    """The driver begins and ends each unit of work; a statement that goes through SQLAlchemy joins it,
+    and a failure after both leaves neither behind."""
+    store = open_sql_store(sqlite_url)
+    try:
+        tenant = await _with_device(store)
+        with pytest.raises(RuntimeError):
+            await _write_then_fail(store, tenant, through_sqlalchemy)
+        async with store.unit_of_work(tenant) as uow:
+            assert await uow.invocations.get("ana", "inv-lost") is None
+            assert await uow.pauses.paused_until("ana", "agent") is None
+        async with store.unit_of_work(tenant) as uow:
+            await uow.invocations.add(_invocation(tenant, "inv-kept"))
+            if through_sqlalchemy:
+                await uow.pauses.pause("ana", "agent", _at(9))
+        async with store.unit_of_work(tenant) as uow:
+            assert await uow.invocations.get("ana", "inv-kept") is not None
+            assert (await uow.pauses.paused_until("ana", "agent") is not None) is through_sqlalchemy
+    finally:
+        await store.close()

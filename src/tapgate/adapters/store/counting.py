@@ -32,6 +32,13 @@ class DbCounts:
 COUNTS = DbCounts()  # one per process: what /metrics shows as tapgate_db_*
 
 
+def ended(wrote: bool) -> None:
+    """Count a transaction that the driver ended itself (``sqlite.py``)."""
+    COUNTS.transactions += 1
+    if wrote:
+        COUNTS.writing += 1
+
+
 def count(engine: Engine) -> None:
     """Count ``engine``'s statements and transactions into ``COUNTS`` (the sync engine of an async one)."""
 

@@ -13,16 +13,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+import sqlite3
+from collections.abc import AsyncIterator, Callable
 from types import TracebackType
 from typing import Any
 
 from sqlalchemy import create_engine, event
 from sqlalchemy.engine import URL, Connection, Engine, NestedTransaction, Result
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.pool import StaticPool
 from sqlalchemy.sql.base import Executable
 
-from tapgate.adapters.store.counting import count
+from tapgate.adapters.store.counting import WROTE, count, ended
 from tapgate.adapters.store.sqlite_raw import RawStatements, Rows
 
 
@@ -86,10 +88,19 @@ class SqliteDatabase:
 
     @contextlib.asynccontextmanager
     async def transaction(self) -> AsyncIterator[SyncConnection]:
+        """One unit of work: ``BEGIN IMMEDIATE`` and its end on the driver itself. A statement that goes
+        through SQLAlchemy joins the transaction (its own begin is skipped), and SQLAlchemy then ends it."""
         async with self._lock:
             conn = self._connection()
-            with conn.begin():
+            driver = conn.connection.driver_connection
+            assert driver is not None
+            _on_driver("BEGIN IMMEDIATE", lambda: driver.execute("BEGIN IMMEDIATE"))
+            try:
                 yield SyncConnection(conn, self._raw)
+            except BaseException:
+                _end(conn, driver, commit=False)
+                raise
+            _end(conn, driver, commit=True)
 
     @contextlib.asynccontextmanager
     async def reading(self) -> AsyncIterator[SyncConnection]:
@@ -122,4 +133,30 @@ def _tune(engine: Engine) -> None:
 
     @event.listens_for(engine, "begin")
     def _on_begin(conn: Any) -> None:
-        conn.exec_driver_sql("BEGIN IMMEDIATE")
+        if not conn.connection.driver_connection.in_transaction:  # else: joining a unit of work's
+            conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+
+def _end(conn: Connection, driver: Any, commit: bool) -> None:
+    """Commit or roll back the unit of work, counted as SQLAlchemy's own ends are (``counting.py``)."""
+    if conn.in_transaction():  # a statement through SQLAlchemy joined it: SQLAlchemy ends it
+        if commit:
+            conn.commit()
+        else:
+            conn.rollback()
+        return
+    wrote = conn.info.pop(WROTE, False)
+    if commit:
+        _on_driver("COMMIT", driver.commit)
+        ended(wrote=wrote)
+    else:
+        ended(wrote=False)
+        _on_driver("ROLLBACK", driver.rollback)
+
+
+def _on_driver(statement: str, run: Callable[[], Any]) -> None:
+    """Run a transaction statement on the driver; its error is SQLAlchemy's, as every other one is."""
+    try:
+        run()
+    except sqlite3.Error as e:
+        raise DBAPIError.instance(statement, None, e, sqlite3.Error) from e
