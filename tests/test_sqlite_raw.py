@@ -36,8 +36,15 @@ PARAMETERS: dict[str, Any] = {
     "reason": None,
     "seq": 99,
     "hash": "f" * 64,
+    "today": "2026-03-01",
+    "cap": 100,
+    "via": "sms",
+    "digest": "d" * 64,
+    "decided_at": _at(8),
+    "by": "device:phone",
 }
-NOTHING_TO_FIND = {"CREDENTIAL", "SESSION", "PAUSED_UNTIL"}  # the rows that they read are not written here
+# The rows these read are not written here.
+NOTHING_TO_FIND = {"CREDENTIAL", "SESSION", "PAUSED_UNTIL", "RECEIPT", "DECIDE", "TRIAGE", "MOVE_TRIAGE"}
 STATEMENTS = [name for name in dir(q) if name.isupper() and q.is_hot(getattr(q, name))]
 
 
@@ -64,6 +71,7 @@ async def test_a_hot_statement_answers_on_the_driver_what_it_answers_through_sql
                 AuditRecord("invocation.created", "agent:agent", subject="inv-1"), _at(1)
             )
             await uow.events.append("ana", "invocation.created", {"id": "inv-1"}, _at(1))
+            assert await uow.ingests.take("d" * 16, "2026-03-01", 100)
         statement, parameters = getattr(q, name), PARAMETERS | {"tenant": tenant}
         assert store.sqlite is not None
         conn = store.sqlite._connection()

@@ -131,6 +131,49 @@ PAUSED_UNTIL = select(_pause.until).where(
     _pause.tenant_id == _tenant, _pause.user_id == bindparam("user"), _pause.agent_id == bindparam("agent")
 )
 
+_rcpt = t.ingest_receipts.c
+_count = t.ingest_counters.c
+_tri = t.triage_sessions.c
+_msg = t.session_messages.c
+RECEIPT = select(_rcpt.receipt_id, _rcpt.session_id, _rcpt.event_seq).where(
+    _rcpt.tenant_id == _tenant,
+    _rcpt.device_uid == bindparam("uid"),
+    _rcpt.channel == bindparam("via"),
+    _rcpt.digest == bindparam("digest"),
+)
+_TODAY = (
+    _count.tenant_id == _tenant,
+    _count.device_uid == bindparam("uid"),
+    _count.day == bindparam("today"),
+)
+COUNT_INGEST = (
+    update(t.ingest_counters).where(*_TODAY, _count.count < bindparam("cap")).values(count=_count.count + 1)
+)
+INGEST_COUNT = select(_count.count).where(*_TODAY)
+_TRIAGE = (
+    _tri.tenant_id == _tenant,
+    _tri.device_uid == bindparam("uid"),
+    _tri.channel == bindparam("via"),
+)
+TRIAGE = select(_tri.session_id, _tri.last_message_at).where(*_TRIAGE)
+MOVE_TRIAGE = (
+    update(t.triage_sessions)
+    .where(*_TRIAGE)
+    .values(session_id=bindparam("session"), last_message_at=bindparam("at"))
+)
+LAST_MESSAGE = select(func.max(_msg.seq)).where(
+    _msg.tenant_id == _tenant, _msg.user_id == bindparam("user"), _msg.session_id == bindparam("session")
+)
+DECIDE = (
+    update(t.approvals)
+    .where(
+        _apr.tenant_id == _tenant,
+        _apr.approval_id == bindparam("id"),
+        _apr.status == ApprovalStatus.PENDING.value,
+    )
+    .values(status=bindparam("status"), decided_at=bindparam("decided_at"), decided_by=bindparam("by"))
+)
+
 _hot: dict[int, Any] = {}  # id → statement; each is held here for the process's life, so no id is reused
 
 
@@ -166,5 +209,12 @@ for _statement in (
     SESSION,
     COUNT_PENDING_APPROVALS,
     PAUSED_UNTIL,
+    RECEIPT,
+    COUNT_INGEST,
+    INGEST_COUNT,
+    TRIAGE,
+    MOVE_TRIAGE,
+    LAST_MESSAGE,
+    DECIDE,
 ):
     hot(_statement)

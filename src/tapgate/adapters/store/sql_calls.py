@@ -78,13 +78,8 @@ class SqlSessions(Repo):
     async def add_message(
         self, session: Session, device_uid: str | None, capabilities: Sequence[str], at: datetime
     ) -> int:
-        c = t.session_messages.c
         last = await self.conn.scalar(
-            select(func.max(c.seq)).where(
-                c.tenant_id == self.tenant_id,
-                c.user_id == session.user_id,
-                c.session_id == session.session_id,
-            )
+            q.LAST_MESSAGE, {"tenant": self.tenant_id, "user": session.user_id, "session": session.session_id}
         )
         seq = int(last or 0) + 1
         await self.conn.execute(
@@ -384,34 +379,23 @@ class SqlApprovals(Repo):
         return changed
 
     async def decide(self, approval: Approval) -> bool:
-        c = t.approvals.c
         changed = await self.conn.execute(
-            update(t.approvals)
-            .where(
-                c.tenant_id == self.tenant_id,
-                c.approval_id == approval.approval_id,
-                c.status == ApprovalStatus.PENDING.value,
-            )
-            .values(
-                status=approval.status.value, decided_at=approval.decided_at, decided_by=approval.decided_by
-            )
+            q.DECIDE,
+            {
+                "tenant": self.tenant_id,
+                "id": approval.approval_id,
+                "status": approval.status.value,
+                "decided_at": approval.decided_at,
+                "by": approval.decided_by,
+            },
         )
         return bool(changed.rowcount)
 
 
 class SqlIngests(Repo):
     async def receipt(self, device_uid: str, channel: str, digest: str) -> Receipt | None:
-        c = t.ingest_receipts.c
-        r = (
-            await self.conn.execute(
-                select(c.receipt_id, c.session_id, c.event_seq).where(
-                    c.tenant_id == self.tenant_id,
-                    c.device_uid == device_uid,
-                    c.channel == channel,
-                    c.digest == digest,
-                )
-            )
-        ).first()
+        values = {"tenant": self.tenant_id, "uid": device_uid, "via": channel, "digest": digest}
+        r = (await self.conn.execute(q.RECEIPT, values)).first()
         return None if r is None else Receipt(r.receipt_id, r.session_id, r.event_seq)
 
     async def add_receipt(
@@ -437,16 +421,13 @@ class SqlIngests(Repo):
         await self._insert(t.ingest_receipts, row, "This message was received already.")
 
     async def take(self, device_uid: str, day: str, cap: int) -> bool:
-        c = t.ingest_counters.c
-        where = (c.tenant_id == self.tenant_id, c.device_uid == device_uid, c.day == day)
+        today = {"tenant": self.tenant_id, "uid": device_uid, "today": day}
         for _ in range(3):
             # The row lock makes the check and the count one step: the cap is exact under concurrency.
-            counted = await self.conn.execute(
-                update(t.ingest_counters).where(*where, c.count < cap).values(count=c.count + 1)
-            )
+            counted = await self.conn.execute(q.COUNT_INGEST, {**today, "cap": cap})
             if counted.rowcount:
                 return True
-            current = await self.conn.scalar(select(c.count).where(*where))
+            current = await self.conn.scalar(q.INGEST_COUNT, today)
             if current is not None:
                 if current >= cap:
                     return False
@@ -465,26 +446,22 @@ class SqlIngests(Repo):
         return False
 
     async def triage(self, device_uid: str, channel: str) -> Triage | None:
-        c = t.triage_sessions.c
-        r = (
-            await self.conn.execute(
-                select(c.session_id, c.last_message_at).where(
-                    c.tenant_id == self.tenant_id, c.device_uid == device_uid, c.channel == channel
-                )
-            )
-        ).first()
+        values = {"tenant": self.tenant_id, "uid": device_uid, "via": channel}
+        r = (await self.conn.execute(q.TRIAGE, values)).first()
         return None if r is None else Triage(r.session_id, r.last_message_at)
 
     async def set_triage(
         self, device_uid: str, channel: str, user_id: str, triage: Triage, replace: bool
     ) -> None:
-        c = t.triage_sessions.c
         if replace:
-            await self.conn.execute(
-                update(t.triage_sessions)
-                .where(c.tenant_id == self.tenant_id, c.device_uid == device_uid, c.channel == channel)
-                .values(session_id=triage.session_id, last_message_at=triage.last_message_at)
-            )
+            values = {
+                "tenant": self.tenant_id,
+                "uid": device_uid,
+                "via": channel,
+                "session": triage.session_id,
+                "at": triage.last_message_at,
+            }
+            await self.conn.execute(q.MOVE_TRIAGE, values)
             return
         row = {
             "tenant_id": self.tenant_id,
