@@ -96,12 +96,15 @@ def create_app(
     app.state.stream_slots = StreamSlots(max_streams_per_credential)
     errors.install(app)
     reference.install(app)
+    # A request is matched against the routes in order: the ones every call and message runs come first.
+    app.include_router(invocations.router, responses=_ERRORS)
+    if gateway.device_channel:
+        app.include_router(device.router, responses=_ERRORS)
     app.include_router(health.router)
     app.include_router(accounts.router, responses=_ERRORS)
     app.include_router(tokens.router, responses=_ERRORS)
     app.include_router(audit.router, responses=_ERRORS)
     app.include_router(agents.router, responses=_ERRORS)
-    app.include_router(invocations.router, responses=_ERRORS)
     app.include_router(events.router, responses=_ERRORS)
     app.state.link_metrics = link.LinkMetrics(app.state.metrics)
     register_db_metrics(app.state.metrics)
@@ -109,7 +112,6 @@ def create_app(
         # With either device flag off, no device route exists at all (gate G12).
         app.include_router(devices.router, responses=_ERRORS)
         app.include_router(pairings.router, responses=_ERRORS)
-        app.include_router(device.router, responses=_ERRORS)
         app.include_router(link.router, responses=_ERRORS)
         app.include_router(approvals.router, responses=_ERRORS)
         app.include_router(passkeys.router, responses=_ERRORS)
