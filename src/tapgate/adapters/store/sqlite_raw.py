@@ -3,11 +3,12 @@ every execution is the driver's own call.
 
 Executing a built statement through SQLAlchemy costs ~14 µs on this machine against ~3.5 µs for the same
 statement through sqlite3, and a call runs about fifteen of them. So the statements every request runs
-(``queries.HOT`` and each table's INSERT) are compiled once per statement (and, for an INSERT, per set of
-columns) into their SQL text, the order of their parameters with each one's type conversion, and the
-columns they return with theirs; an execution then binds, runs and converts with nothing in between. The
-text is SQLAlchemy's own, so both engines keep running the same statements, and every other statement
-still goes through SQLAlchemy. The counts of ``counting.py`` are kept here for what runs here.
+(those marked with ``queries.hot``, and each table's INSERT) are compiled once per statement (and, for an
+INSERT, per set of columns) into their SQL text, the order of their parameters with each one's type
+conversion, and the columns they return with theirs; an execution then binds, runs and converts with
+nothing in between. The text is SQLAlchemy's own, so both engines keep running the same statements, and
+every other statement still goes through SQLAlchemy. The counts of ``counting.py`` are kept here for
+what runs here.
 """
 
 from __future__ import annotations
