@@ -13,19 +13,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import sqlite3
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from types import TracebackType
 from typing import Any
 
 from sqlalchemy import create_engine, event
 from sqlalchemy.engine import URL, Connection, Engine, NestedTransaction, Result
-from sqlalchemy.exc import DBAPIError
 from sqlalchemy.pool import StaticPool
 from sqlalchemy.sql.base import Executable
 
 from tapgate.adapters.store.counting import WROTE, count, ended
-from tapgate.adapters.store.sqlite_raw import RawStatements, Rows
+from tapgate.adapters.store.sqlite_raw import RawStatements, Rows, on_driver
 
 
 class SyncConnection:
@@ -94,7 +92,7 @@ class SqliteDatabase:
             conn = self._connection()
             driver = conn.connection.driver_connection
             assert driver is not None
-            _on_driver("BEGIN IMMEDIATE", lambda: driver.execute("BEGIN IMMEDIATE"))
+            on_driver("BEGIN IMMEDIATE", lambda: driver.execute("BEGIN IMMEDIATE"))
             try:
                 yield SyncConnection(conn, self._raw)
             except BaseException:
@@ -147,16 +145,8 @@ def _end(conn: Connection, driver: Any, commit: bool) -> None:
         return
     wrote = conn.info.pop(WROTE, False)
     if commit:
-        _on_driver("COMMIT", driver.commit)
+        on_driver("COMMIT", driver.commit)
         ended(wrote=wrote)
     else:
         ended(wrote=False)
-        _on_driver("ROLLBACK", driver.rollback)
-
-
-def _on_driver(statement: str, run: Callable[[], Any]) -> None:
-    """Run a transaction statement on the driver; its error is SQLAlchemy's, as every other one is."""
-    try:
-        run()
-    except sqlite3.Error as e:
-        raise DBAPIError.instance(statement, None, e, sqlite3.Error) from e
+        on_driver("ROLLBACK", driver.rollback)

@@ -17,7 +17,7 @@ import sqlite3
 from collections import namedtuple
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy.engine import Dialect
 from sqlalchemy.exc import DBAPIError
@@ -28,6 +28,18 @@ from tapgate.adapters.store.counting import COUNTS, WROTE
 from tapgate.adapters.store.queries import is_hot
 
 Convert = Callable[[Any], Any]
+
+
+T = TypeVar("T")
+
+
+def on_driver(statement: str, run: Callable[[], T]) -> T:
+    """Run ``statement`` on the driver itself; its error is SQLAlchemy's, as every other one is (the
+    store turns those into StorageError, and a duplicate row into Conflict)."""
+    try:
+        return run()
+    except sqlite3.Error as e:
+        raise DBAPIError.instance(statement, None, e, sqlite3.Error) from e
 
 
 class Rows:
@@ -116,9 +128,7 @@ class RawStatements:
             info[WROTE] = True
         cursor = connection.cursor()
         try:
-            return compiled.run(cursor, parameters)
-        except sqlite3.Error as e:
-            raise DBAPIError.instance(compiled.sql, None, e, sqlite3.Error) from e
+            return on_driver(compiled.sql, lambda: compiled.run(cursor, parameters))
         finally:
             cursor.close()
 
