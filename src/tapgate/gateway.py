@@ -165,11 +165,12 @@ class Gateway:
 
     async def authenticate(self, token: str) -> Principal:
         cached = None if self.ctx.wake.degraded else self._auth.principal(token)
+        since = self._auth.epoch()
         principal = cached if cached is not None else await accounts.authenticate(self.store, token)
         if principal.expired(self.clock.now()):
             raise Unauthenticated("The bearer token has expired; ask for a new one.")
         if cached is None:
-            self._auth.keep(token, principal)
+            self._auth.keep(token, principal, since=since)
         self._usage.seen(principal)
         return principal
 
@@ -278,9 +279,10 @@ class Gateway:
         if cached is not None:
             self._usage.seen(cached.principal)
             return cached
+        since = self._auth.epoch()
         principal = await self.authenticate(token)
         caller = await devices.authenticate_device(self.store, self.clock, principal, present)
-        self._auth.keep(token, principal, caller)
+        self._auth.keep(token, principal, caller, since=since)
         return caller
 
     async def heartbeat(self, caller: DeviceCaller) -> None:

@@ -5,6 +5,10 @@ An entry is dropped the moment anything about its tenant's credentials or device
 device, a decided pairing), in this process or any other (the notification ``<tenant>:auth``), and the
 cache is bypassed while notifications may be missed. So a revoked device still fails its very next
 request (gate G7), as it does without the cache.
+
+A read that was under way when such a notification came may have seen the row before the change; what it
+read is not kept (``epoch`` before the read, ``keep(..., since=)`` after it), or a revocation that another
+process announced mid-read would be forgotten for a whole ``ttl``.
 """
 
 from __future__ import annotations
@@ -43,6 +47,11 @@ class AuthCache:
         self.touch_every = touch_every
         self.max_entries = max_entries
         self._entries: OrderedDict[str, _Entry] = OrderedDict()
+        self._epoch = 0  # moves with every notification that drops entries
+
+    def epoch(self) -> int:
+        """Take this before reading a token from the database, and pass it to ``keep``."""
+        return self._epoch
 
     def principal(self, token: str) -> Principal | None:
         entry = self._fresh(token)
@@ -55,7 +64,12 @@ class AuthCache:
             return None
         return entry.device
 
-    def keep(self, token: str, principal: Principal, device: DeviceCaller | None = None) -> None:
+    def keep(
+        self, token: str, principal: Principal, device: DeviceCaller | None = None, *, since: int
+    ) -> None:
+        """Remember what was read, unless a notification came since ``since`` (it may be stale)."""
+        if since != self._epoch:
+            return
         now = self._now()
         old = self._entries.pop(token, None)
         touched = now if device is not None else (old.touched if old else 0.0)
@@ -65,13 +79,16 @@ class AuthCache:
 
     def on_notify(self, key: str | None) -> None:
         if key is None:
+            self._epoch += 1
             self._entries.clear()
         elif key.endswith(AUTH_SUFFIX):
+            self._epoch += 1
             tenant = key[: -len(AUTH_SUFFIX)]
             for token in [t for t, e in self._entries.items() if e.principal.tenant_id == tenant]:
                 del self._entries[token]
 
     def clear(self) -> None:
+        self._epoch += 1
         self._entries.clear()
 
     def _fresh(self, token: str) -> _Entry | None:
