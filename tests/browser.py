@@ -27,6 +27,31 @@ CHROMIUM_ARGS = [
     "--disable-component-update",
     "--disable-sync",
 ]
+# The phone's own apps, faked: a headless test browser has no dialer, messages or mail app, and once a
+# page hands Chromium such a link it shows a dialog nobody sees and drops every later click on the page
+# (measured: each click for 20 s after a `tel:` link). Whether it gets there first or the test's route
+# that aborts non-loopback requests does is a race a loaded machine loses. So the page's sms:, tel: and
+# mailto: links go to this fake instead, which keeps them in `window.platformLinks` for the test to read.
+PLATFORM_APPS = """
+(() => {
+  const ours = /^(sms|tel|mailto):/i;
+  window.platformLinks = [];
+  const take = (anchor) => {
+    if (!ours.test(anchor.href)) return false;
+    window.platformLinks.push(anchor.href);
+    return true;
+  };
+  const click = HTMLAnchorElement.prototype.click;
+  HTMLAnchorElement.prototype.click = function () {
+    if (!this.isConnected && take(this)) return;  // a link made and clicked in one go never reaches the page
+    click.call(this);
+  };
+  document.addEventListener("click", (event) => {
+    const anchor = event.target instanceof Element ? event.target.closest("a[href]") : null;
+    if (anchor && take(anchor)) event.preventDefault();
+  }, true);
+})();
+"""
 HOW_TO_GET_A_BROWSER = (
     "the browser app's tests need Debian's Chromium at {chromium} and Playwright for Python: "
     "apt-get update && apt-get install -y chromium, and pip install playwright "

@@ -21,7 +21,7 @@ import pytest_asyncio
 
 from tapgate.adapters.store.migrate import migrate
 from tapgate.adapters.store.sql import open_sql_store
-from tests.browser import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, NOT_LOOPBACK, require_browser
+from tests.browser import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, NOT_LOOPBACK, PLATFORM_APPS, require_browser
 from tests.conftest import blocking
 from tests.live import Server, free_port, new_tenant, write_config
 from tests.pushfakes import Accounts, LoopbackServer, PushFakes, new_accounts
@@ -205,6 +205,7 @@ async def new_phone(browser: Browser, home: Home, **options: Any) -> Phone:
         viewport={"width": 390, "height": 844}, device_scale_factor=2, has_touch=True, **options
     )
     await context.route(NOT_LOOPBACK, lambda route: route.abort())
+    await context.add_init_script(PLATFORM_APPS)
     page = await context.new_page()
     if "notifications" not in options.get("permissions", []):
         # As when the person said no to notifications before: headless Chromium would otherwise leave
@@ -425,6 +426,8 @@ async def test_each_linked_action_opens_the_platforms_own_link_and_answers_done(
     await expect(phone.recent("done").locator("a")).to_have_attribute("href", href)
     view = await home.view(call["id"], wait=WAIT_MS / 1000)
     assert view["status"] == "done", view
+    handed = await phone.page.evaluate("window.platformLinks")
+    assert handed == ([] if href.startswith("https:") else [href])  # the phone's own app got the link
     assert phone.page.url.startswith(f"{home.client.base_url}/app/")  # the app stayed where it was
 
 
