@@ -19,6 +19,8 @@ from sqlalchemy.sql.base import Executable
 
 from tapgate.adapters.store import tables as t
 from tapgate.adapters.store.counting import count
+from tapgate.adapters.store.postgres_raw import PostgresConnection
+from tapgate.adapters.store.raw import RawStatements
 from tapgate.adapters.store.sql_accounts import SqlCredentials, SqlPauses, SqlTenants, SqlUsers
 from tapgate.adapters.store.sql_base import Conn
 from tapgate.adapters.store.sql_calls import SqlApprovals, SqlIngests, SqlInvocations, SqlSessions
@@ -40,9 +42,9 @@ class SqlStore:
     """One database, one unit of work per transaction. Build it with :func:`open_sql_store`.
 
     PostgreSQL runs through asyncpg's pool; SQLite through one connection on the event loop's thread
-    (see ``sqlite.py``). Both run the same statements. ``database_notify`` (PostgreSQL): each transaction
-    also sends its keys with ``pg_notify`` for the other processes; off when the wake has its own way
-    across processes (NATS) or there are none.
+    (see ``sqlite.py``). Both run the same statements, the hot ones on the driver itself (``raw.py``).
+    ``database_notify`` (PostgreSQL): each transaction also sends its keys with ``pg_notify`` for the
+    other processes; off when the wake has its own way across processes (NATS) or there are none.
     """
 
     def __init__(
@@ -57,6 +59,7 @@ class SqlStore:
         self.wake = wake or LocalWake()
         self.is_postgres = sqlite is None
         self.database_notify = database_notify
+        self._raw = RawStatements(engine.dialect) if engine is not None else None
 
     @contextlib.asynccontextmanager
     async def unit_of_work(self, tenant_id: str) -> AsyncIterator[SqlUnitOfWork]:
@@ -76,7 +79,8 @@ class SqlStore:
                 return
             async with contextlib.AsyncExitStack() as held:
                 conn, _ = await self._begin(held, SET_TENANT, {"tenant": tenant_id})
-                uow = SqlUnitOfWork(conn, tenant_id)
+                assert self._raw is not None
+                uow = SqlUnitOfWork(PostgresConnection(conn, self._raw), tenant_id)
                 yield uow
                 if uow.keys and self.database_notify:
                     # Delivered to every listening process exactly when this transaction commits.

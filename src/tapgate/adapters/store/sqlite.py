@@ -23,14 +23,15 @@ from sqlalchemy.pool import StaticPool
 from sqlalchemy.sql.base import Executable
 
 from tapgate.adapters.store.counting import WROTE, count, ended
-from tapgate.adapters.store.sqlite_raw import RawStatements, Rows, on_driver
+from tapgate.adapters.store.raw import Rows
+from tapgate.adapters.store.sqlite_raw import SqliteStatements, on_driver
 
 
 class SyncConnection:
     """The part of SQLAlchemy's AsyncConnection the repositories use, over a sync connection; the hot
     statements go straight to sqlite3 (``sqlite_raw.py``)."""
 
-    def __init__(self, conn: Connection, raw: RawStatements) -> None:
+    def __init__(self, conn: Connection, raw: SqliteStatements) -> None:
         self._conn = conn
         self._raw = raw
         self._driver = conn.connection.driver_connection
@@ -77,7 +78,7 @@ class SqliteDatabase:
         count(self.engine)
         self._conn: Connection | None = None
         self._lock = asyncio.Lock()
-        self._raw = RawStatements(self.engine.dialect)
+        self._raw = SqliteStatements(self.engine.dialect)
 
     def _connection(self) -> Connection:
         if self._conn is None or self._conn.closed:

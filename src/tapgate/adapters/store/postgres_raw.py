@@ -1,0 +1,79 @@
+"""The hot statements (``raw.py``) straight on asyncpg, inside the transaction SQLAlchemy holds.
+
+A unit of work still begins, sets its tenant and commits through SQLAlchemy (its asyncpg adapter owns the
+transaction), and every statement that is not hot goes through SQLAlchemy too; a hot one is sent on the
+same asyncpg connection as a prepared statement (asyncpg's cache, per connection), its parameters and
+rows converted as SQLAlchemy's asyncpg dialect converts them. That skips SQLAlchemy's execution path for
+each statement: building the context, its greenlet hop into the adapter and the cursor emulation.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.sql.base import Executable
+
+from tapgate.adapters.store.counting import COUNTS, WROTE
+from tapgate.adapters.store.raw import RawStatements, Rows
+
+
+class PostgresConnection:
+    """The part of SQLAlchemy's AsyncConnection the repositories use; hot statements go to asyncpg."""
+
+    def __init__(self, conn: AsyncConnection, raw: RawStatements) -> None:
+        self._conn = conn
+        self._raw = raw
+        sync = conn.sync_connection
+        assert sync is not None
+        proxied = sync.connection  # checked out and in a transaction already: no I/O
+        self._adapted: Any = proxied.dbapi_connection  # SQLAlchemy's adapter, which owns the transaction
+        self._driver: Any = proxied.driver_connection  # the asyncpg connection
+        self._info = sync.info
+        self.dialect = conn.dialect
+
+    async def execute(self, statement: Executable, parameters: Any = None) -> Any:
+        ran = await self._run(statement, parameters)
+        return ran if ran is not None else await self._conn.execute(statement, parameters)
+
+    async def scalar(self, statement: Executable, parameters: Any = None) -> Any:
+        ran = await self._run(statement, parameters)
+        return ran.scalar() if ran is not None else await self._conn.scalar(statement, parameters)
+
+    def begin_nested(self) -> Any:
+        return self._conn.begin_nested()
+
+    async def _run(self, statement: Executable, parameters: Any) -> Rows | None:
+        compiled = self._raw.find(statement, parameters)
+        if compiled is None:
+            return None
+        values = compiled.values(parameters or {})
+        if compiled.writes:
+            self._info[WROTE] = True
+        COUNTS.statements += 1
+        try:
+            if compiled.row is None:
+                status = await self._driver.execute(compiled.sql, *values)
+                return Rows([], _rowcount(status))
+            fetched = await self._driver.fetch(compiled.sql, *values)
+            return compiled.rows(fetched, len(fetched))
+        except Exception as e:  # asyncpg's own error: made SQLAlchemy's, as on every other statement
+            raise self._translated(compiled.sql, e) from e
+
+    def _translated(self, sql: str, error: Exception) -> Exception:
+        dbapi = self.dialect.loaded_dbapi
+        try:
+            self._adapted._handle_exception(error)  # raises the DB-API form of asyncpg's error
+        except dbapi.Error as shaped:
+            invalidated = self._driver.is_closed()
+            return DBAPIError.instance(sql, None, shaped, dbapi.Error, connection_invalidated=invalidated)
+        except Exception:  # not the database's: raised as it came
+            return error
+        return error
+
+
+def _rowcount(status: str) -> int:
+    """The rows an INSERT, UPDATE or DELETE changed, from its command tag (``UPDATE 1``)."""
+    last = status.rpartition(" ")[2]
+    return int(last) if last.isdigit() else -1

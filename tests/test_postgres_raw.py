@@ -1,0 +1,101 @@
+"""The hot statements sent straight to asyncpg (``postgres_raw.py``) answer exactly what SQLAlchemy answers
+for them on PostgreSQL: the same rows with the same Python values, the same counts of changed rows, the
+same refusal of a duplicate row; and a unit of work that sends some of them and some through SQLAlchemy
+commits all of its rows or none."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import create_async_engine
+
+from tapgate.adapters.store import queries as q
+from tapgate.adapters.store import tables as t
+from tapgate.adapters.store.postgres_raw import PostgresConnection
+from tapgate.adapters.store.raw import RawStatements
+from tapgate.adapters.store.sql import SET_TENANT, open_sql_store
+from tapgate.adapters.store.sql_base import insert_into, is_unique_violation
+from tests.conftest import PostgresDatabase
+from tests.test_sqlite_raw import (
+    NOTHING_TO_FIND,
+    PARAMETERS,
+    STATEMENTS,
+    _write_then_fail,
+    found,
+    rows_to_compare,
+)
+from tests.test_store_contract_ports import _at, _with_device
+
+pytestmark = pytest.mark.postgres
+
+
+def test_every_hot_statement_is_compiled_for_asyncpg() -> None:
+    raw = RawStatements(create_async_engine("postgresql+asyncpg://tapgate@127.0.0.1/tapgate").dialect)
+    for name in STATEMENTS:
+        assert raw._compile(getattr(q, name), ()) is not None, name
+
+
+async def test_each_hot_statement_answers_on_asyncpg_what_it_answers_through_sqlalchemy(
+    postgres: PostgresDatabase,
+) -> None:
+    store = open_sql_store(postgres.app_url)
+    try:
+        tenant = await rows_to_compare(store)
+        assert store.engine is not None and store._raw is not None
+        async with store.engine.connect() as conn:
+            for name in STATEMENTS:
+                statement, parameters = getattr(q, name), PARAMETERS | {"tenant": tenant}
+                answers = []
+                for direct in (False, True):
+                    transaction = await conn.begin()
+                    await conn.execute(SET_TENANT, {"tenant": tenant})
+                    runner: Any = PostgresConnection(conn, store._raw) if direct else conn
+                    result = await runner.execute(statement, parameters)
+                    rows = [tuple(r) for r in result] if statement.exported_columns else []
+                    answers.append((rows, result.rowcount if not rows else None))
+                    await transaction.rollback()
+                assert answers[1] == answers[0], name
+                if name not in NOTHING_TO_FIND:
+                    assert found(*answers[0]), f"{name} found nothing to compare"
+                for rows, _ in answers:
+                    for row in rows:
+                        for value in row:
+                            assert not isinstance(value, datetime) or value.utcoffset() == UTC.utcoffset(None)
+    finally:
+        await store.close()
+
+
+async def test_a_duplicate_row_on_asyncpg_is_sqlalchemys_integrity_error(postgres: PostgresDatabase) -> None:
+    store = open_sql_store(postgres.app_url)
+    try:
+        tenant = await _with_device(store)
+        assert store.engine is not None and store._raw is not None
+        row = {"tenant_id": tenant, "user_id": "ana", "display_name": "Ana", "created_at": _at(0)}
+        async with store.engine.connect() as conn:
+            await conn.begin()
+            await conn.execute(SET_TENANT, {"tenant": tenant})
+            with pytest.raises(IntegrityError) as refused:
+                await PostgresConnection(conn, store._raw).execute(insert_into(t.users), row)
+            assert is_unique_violation(refused.value)
+            await conn.rollback()
+    finally:
+        await store.close()
+
+
+@pytest.mark.parametrize("through_sqlalchemy", [False, True])
+async def test_a_unit_of_work_on_postgresql_commits_all_of_its_rows_or_none(
+    postgres: PostgresDatabase, through_sqlalchemy: bool
+) -> None:
+    store = open_sql_store(postgres.app_url)
+    try:
+        tenant = await _with_device(store)
+        with pytest.raises(RuntimeError):
+            await _write_then_fail(store, tenant, through_sqlalchemy)
+        async with store.unit_of_work(tenant) as uow:
+            assert await uow.invocations.get("ana", "inv-lost") is None
+            assert await uow.pauses.paused_until("ana", "agent") is None
+    finally:
+        await store.close()
