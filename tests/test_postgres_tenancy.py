@@ -70,7 +70,31 @@ async def _seed(url: str) -> TwoTenants:
             await _seed_devices(store, clock, caller, user, agent.token)
     finally:
         await store.close()
+    await _seed_pending(url, tenants)
     return tenants
+
+
+async def _seed_pending(url: str, tenants: TwoTenants) -> None:
+    """An entry and an event waiting to be sealed, as a writer that found the head held leaves them (the
+    store's sealer would seal any it left, so they are written the way it writes them, as the app)."""
+    conn = await asyncpg.connect(url, timeout=5)
+    try:
+        for tenant, user in ((tenants.a, tenants.a_user), (tenants.b, tenants.b_user)):
+            async with conn.transaction():
+                await conn.execute("SELECT set_config('app.tenant_id', $1, true)", tenant)
+                await conn.execute(
+                    "INSERT INTO audit_pending (tenant_id, at, action, actor, outcome, subject, reason, data)"
+                    " VALUES ($1, now(), 'thing.done', 'test', 'ok', '', '', '{}')",
+                    tenant,
+                )
+                await conn.execute(
+                    "INSERT INTO events_pending (tenant_id, user_id, type, data, created_at)"
+                    " VALUES ($1, $2, 'thing', '{}', now())",
+                    tenant,
+                    user,
+                )
+    finally:
+        await conn.close()
 
 
 async def _seed_devices(store: Any, clock: FrozenClock, operator: Any, user: str, agent_token: str) -> None:

@@ -38,6 +38,7 @@ PARAMETERS: dict[str, Any] = {
     "reason": None,
     "seq": 99,
     "hash": "f" * 64,
+    "event_seq": 5,
     "today": "2026-03-01",
     "cap": 100,
     "via": "sms",

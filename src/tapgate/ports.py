@@ -295,8 +295,9 @@ class Ingests(Protocol):
 
 
 class Events(Protocol):
-    async def append(self, user_id: str, type: str, data: Mapping[str, EventValue], at: datetime) -> int:
-        """Add an event for the user; its sequence number grows in commit order within the tenant."""
+    async def append(self, user_id: str, type: str, data: Mapping[str, EventValue], at: datetime) -> None:
+        """Add an event for the user; its sequence number grows in commit order within the tenant, and it
+        is readable once this unit of work commits (a store may number it then, not now)."""
 
     async def read(self, user_id: str, after: int, limit: int) -> Sequence[Event]: ...
 
@@ -306,8 +307,9 @@ class Events(Protocol):
 
 
 class Journal(Protocol):
-    async def append(self, record: AuditRecord, at: datetime) -> AuditEntry:
-        """Chain ``record`` after the tenant's last entry, in this unit of work."""
+    async def append(self, record: AuditRecord, at: datetime) -> None:
+        """Chain ``record`` after the tenant's last committed entry: it is readable, numbered and hashed,
+        once this unit of work commits (a store may place it then, not now)."""
 
     async def read(self, after: int, limit: int) -> Sequence[AuditEntry]:
         """Entries with ``seq > after`` in order, at most ``limit``."""

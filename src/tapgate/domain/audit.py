@@ -67,8 +67,9 @@ class BrokenChain(Exception):
         self.seq = seq
 
 
-def _check_data(data: Mapping[str, AuditValue]) -> None:
-    for key, value in data.items():
+def check_record(record: AuditRecord) -> None:
+    """Refuse data that is not ids, numbers and flags (free text never goes in the journal)."""
+    for key, value in record.data.items():
         if not isinstance(value, str | int | bool | type(None)):
             raise TypeError(f"audit data {key!r} must be an id, a number or a flag")
         if isinstance(value, str) and len(value) > 200:
@@ -93,7 +94,7 @@ def entry_hash(tenant_id: str, seq: int, at: datetime, record: AuditRecord, prev
 
 def chain_entry(tenant_id: str, seq: int, at: datetime, record: AuditRecord, prev_hash: str) -> AuditEntry:
     """Place ``record`` after the entry whose hash is ``prev_hash``."""
-    _check_data(record.data)
+    check_record(record)
     return AuditEntry(
         tenant_id=tenant_id,
         seq=seq,

@@ -71,7 +71,6 @@ def seconds_to_next_day(now: datetime) -> int:
 class Receipt:
     receipt_id: str
     session_id: str
-    event_seq: int
 
 
 @dataclass(frozen=True, slots=True)

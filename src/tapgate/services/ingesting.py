@@ -64,8 +64,8 @@ async def ingest(
                     "trust": "untrusted",
                     "framing": FRAMING,
                 }
-                seq = await uow.events.append(device.user_id, INGEST_MESSAGE, data, now)
-                receipt = Receipt(new_id("rcpt"), session_id, seq)
+                await uow.events.append(device.user_id, INGEST_MESSAGE, data, now)
+                receipt = Receipt(new_id("rcpt"), session_id)
                 await uow.ingests.add_receipt(
                     device.device_uid, channel, digest, receipt, inbound.received_at, now
                 )

@@ -319,14 +319,13 @@ class _Journal(_Repo):
             return None
         return (len(chain), chain[-1].hash if chain else GENESIS)
 
-    async def append(self, record: AuditRecord, at: datetime) -> AuditEntry:
+    async def append(self, record: AuditRecord, at: datetime) -> None:
         chain = self.state.audit.get(self.tenant_id)
         if chain is None:
             raise StorageError(f"Tenant {self.tenant_id!r} has no audit journal; was it created?")
         prev = chain[-1].hash if chain else GENESIS
         entry = chain_entry(self.tenant_id, len(chain) + 1, at, record, prev)
         chain.append(entry)
-        return entry
 
     async def read(self, after: int, limit: int) -> Sequence[AuditEntry]:
         return self.state.audit.get(self.tenant_id, [])[after : after + limit]
@@ -438,11 +437,9 @@ class _Invocations(_Repo):
 
 
 class _Events(_Repo):
-    async def append(self, user_id: str, type: str, data: Mapping[str, EventValue], at: datetime) -> int:
+    async def append(self, user_id: str, type: str, data: Mapping[str, EventValue], at: datetime) -> None:
         events = self.state.events.setdefault(self.tenant_id, [])
-        seq = len(events) + 1
-        events.append(Event(self.tenant_id, seq, user_id, type, dict(data), at))
-        return seq
+        events.append(Event(self.tenant_id, len(events) + 1, user_id, type, dict(data), at))
 
     async def read(self, user_id: str, after: int, limit: int) -> Sequence[Event]:
         events = self.state.events.get(self.tenant_id, [])

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import bindparam, func, select, update
+from sqlalchemy import bindparam, func, or_, select, update
 
 from tapgate.adapters.store import tables as t
 from tapgate.domain.devices import DeviceStatus
@@ -101,18 +101,22 @@ COUNT_CONFIRMING = select(func.count()).where(
     _inv.capability.in_(CONFIRMED_ON_DEVICE),
 )
 
-AUDIT_HEAD = select(_head.seq, _head.hash).where(_head.tenant_id == _tenant)
-AUDIT_HEAD_LOCKED = AUDIT_HEAD.with_for_update()
-MOVE_AUDIT_HEAD = (
-    update(t.audit_heads)
-    .where(_head.tenant_id == _tenant)
-    .values(seq=bindparam("seq"), hash=bindparam("hash"))
+# The tenant's chain head: the journal's last number and hash, the last event number, and whether
+# entries or events wait to be sealed (sql_journal.py). A writer takes it without waiting (SKIP LOCKED:
+# no row means another transaction holds it); a reader that must seal waits for it.
+_pending = or_(
+    select(t.audit_pending.c.key).where(t.audit_pending.c.tenant_id == _tenant).exists(),
+    select(t.events_pending.c.key).where(t.events_pending.c.tenant_id == _tenant).exists(),
 )
-NEXT_EVENT = (
+CHAIN_HEAD = select(_head.seq, _head.hash, _head.event_seq, _pending.label("pending")).where(
+    _head.tenant_id == _tenant
+)
+CHAIN_HEAD_TAKE = CHAIN_HEAD.with_for_update(skip_locked=True)
+CHAIN_HEAD_WAIT = CHAIN_HEAD.with_for_update()
+MOVE_CHAIN_HEAD = (
     update(t.audit_heads)
     .where(_head.tenant_id == _tenant)
-    .values(event_seq=_head.event_seq + 1)
-    .returning(_head.event_seq)
+    .values(seq=bindparam("seq"), hash=bindparam("hash"), event_seq=bindparam("event_seq"))
 )
 EVENTS_AFTER = (
     select(t.events)
@@ -135,7 +139,7 @@ _rcpt = t.ingest_receipts.c
 _count = t.ingest_counters.c
 _tri = t.triage_sessions.c
 _msg = t.session_messages.c
-RECEIPT = select(_rcpt.receipt_id, _rcpt.session_id, _rcpt.event_seq).where(
+RECEIPT = select(_rcpt.receipt_id, _rcpt.session_id).where(
     _rcpt.tenant_id == _tenant,
     _rcpt.device_uid == bindparam("uid"),
     _rcpt.channel == bindparam("via"),
@@ -201,10 +205,9 @@ for _statement in (
     MARK_ONE_DELIVERED,
     RESOLVE,
     COUNT_CONFIRMING,
-    AUDIT_HEAD,
-    AUDIT_HEAD_LOCKED,
-    MOVE_AUDIT_HEAD,
-    NEXT_EVENT,
+    CHAIN_HEAD,
+    CHAIN_HEAD_TAKE,
+    MOVE_CHAIN_HEAD,
     EVENTS_AFTER,
     SESSION,
     COUNT_PENDING_APPROVALS,

@@ -6,6 +6,7 @@ row-level security hides every other tenant's rows even from a query that forgot
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Sequence
@@ -26,7 +27,7 @@ from tapgate.adapters.store.sql_base import Conn
 from tapgate.adapters.store.sql_calls import SqlApprovals, SqlIngests, SqlInvocations, SqlSessions
 from tapgate.adapters.store.sql_console import SqlConsoleSessions, SqlSignIns
 from tapgate.adapters.store.sql_devices import SqlDevices, SqlPairings, SqlPasskeys
-from tapgate.adapters.store.sql_journal import SqlEvents, SqlJournal
+from tapgate.adapters.store.sql_journal import ChainHead, SqlEvents, SqlJournal
 from tapgate.adapters.store.sql_outbox import SqlOutbox
 from tapgate.adapters.store.sqlite import SqliteDatabase
 from tapgate.adapters.store.urls import engine_url
@@ -60,14 +61,15 @@ class SqlStore:
         self.is_postgres = sqlite is None
         self.database_notify = database_notify
         self._raw = RawStatements(engine.dialect) if engine is not None else None
+        self._sealer = _Sealer(self)
 
     @contextlib.asynccontextmanager
     async def unit_of_work(self, tenant_id: str) -> AsyncIterator[SqlUnitOfWork]:
-        keys: list[str] = []
         async with self._transaction(tenant_id) as uow:
-            keys = uow.keys
             yield uow
-        for key in keys:  # committed: wake this process's waiters at once
+        if uow.chain.left_pending:  # committed without the chain's head: seal it soon
+            self._sealer.mark(tenant_id)
+        for key in uow.keys:  # committed: wake this process's waiters at once
             self.wake.notify(key)
 
     @contextlib.asynccontextmanager
@@ -75,13 +77,16 @@ class SqlStore:
         try:
             if self.sqlite is not None:
                 async with self.sqlite.transaction() as inline:
-                    yield SqlUnitOfWork(inline, tenant_id)
+                    uow = SqlUnitOfWork(inline, tenant_id, concurrent=False)
+                    yield uow
+                    await uow.chain.before_commit()
                 return
             async with contextlib.AsyncExitStack() as held:
                 conn, _ = await self._begin(held, SET_TENANT, {"tenant": tenant_id})
                 assert self._raw is not None
-                uow = SqlUnitOfWork(PostgresConnection(conn, self._raw), tenant_id)
+                uow = SqlUnitOfWork(PostgresConnection(conn, self._raw), tenant_id, concurrent=True)
                 yield uow
+                await uow.chain.before_commit()
                 if uow.keys and self.database_notify:
                     # Delivered to every listening process exactly when this transaction commits.
                     await conn.execute(
@@ -142,6 +147,7 @@ class SqlStore:
             raise StorageError("The database cannot be reached.") from e
 
     async def close(self) -> None:
+        await self._sealer.close()
         if self.sqlite is not None:
             self.sqlite.close()
         if self.engine is not None:
@@ -168,18 +174,59 @@ def open_sql_store(
     return SqlStore(engine, wake, database_notify=database_notify)
 
 
+class _Sealer:
+    """Seals what writers left pending (``sql_journal.py``) soon after they commit, one tenant at a time,
+    so pending rows do not wait for the tenant's next write or read. A seal that fails leaves them for
+    the next holder of the tenant's head."""
+
+    def __init__(self, store: SqlStore) -> None:
+        self._store = store
+        self._tenants: set[str] = set()
+        self._woken = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    def mark(self, tenant_id: str) -> None:
+        self._tenants.add(tenant_id)
+        loop = asyncio.get_running_loop()
+        if self._task is None or self._task.done() or self._task.get_loop() is not loop:
+            self._woken = asyncio.Event()
+            self._task = loop.create_task(self._run(), name="tapgate-sealer")
+        self._woken.set()
+
+    async def _run(self) -> None:
+        while True:
+            await self._woken.wait()
+            self._woken.clear()
+            while self._tenants:
+                tenant_id = self._tenants.pop()
+                try:
+                    async with self._store._transaction(tenant_id) as uow:
+                        await uow.chain.sealed()
+                except StorageError:
+                    pass  # logged by the transaction; the next holder of the head seals them
+
+    async def close(self) -> None:
+        task, self._task = self._task, None
+        if task is None or task.done() or task.get_loop() is not asyncio.get_running_loop():
+            return
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
 class SqlUnitOfWork:
-    def __init__(self, conn: Conn, tenant_id: str) -> None:
+    def __init__(self, conn: Conn, tenant_id: str, concurrent: bool) -> None:
         self.tenant_id = tenant_id
+        self.chain = ChainHead(conn, tenant_id, concurrent)
         self.tenants = SqlTenants(conn, tenant_id)
         self.users = SqlUsers(conn, tenant_id)
         self.credentials = SqlCredentials(conn, tenant_id)
-        self.journal = SqlJournal(conn, tenant_id)
+        self.journal = SqlJournal(conn, tenant_id, self.chain)
         self.devices = SqlDevices(conn, tenant_id)
         self.pairings = SqlPairings(conn, tenant_id)
         self.sessions = SqlSessions(conn, tenant_id)
         self.invocations = SqlInvocations(conn, tenant_id)
-        self.events = SqlEvents(conn, tenant_id)
+        self.events = SqlEvents(conn, tenant_id, self.chain)
         self.outbox = SqlOutbox(conn, tenant_id)
         self.approvals = SqlApprovals(conn, tenant_id)
         self.pauses = SqlPauses(conn, tenant_id)

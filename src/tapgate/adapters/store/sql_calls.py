@@ -396,7 +396,7 @@ class SqlIngests(Repo):
     async def receipt(self, device_uid: str, channel: str, digest: str) -> Receipt | None:
         values = {"tenant": self.tenant_id, "uid": device_uid, "via": channel, "digest": digest}
         r = (await self.conn.execute(q.RECEIPT, values)).first()
-        return None if r is None else Receipt(r.receipt_id, r.session_id, r.event_seq)
+        return None if r is None else Receipt(r.receipt_id, r.session_id)
 
     async def add_receipt(
         self,
@@ -416,7 +416,6 @@ class SqlIngests(Repo):
             "received_at": received_at,
             "accepted_at": at,
             "session_id": receipt.session_id,
-            "event_seq": receipt.event_seq,
         }
         await self._insert(t.ingest_receipts, row, "This message was received already.")
 

@@ -1,24 +1,156 @@
-"""The audit journal and the agent's event stream on SQLite and PostgreSQL, numbered under the tenant's
-head row; every statement names its tenant."""
+"""The audit journal and the agent's event stream on SQLite and PostgreSQL, numbered by whoever holds the
+tenant's chain head; every statement names its tenant.
+
+No writer waits for another's head (DESIGN §16). A writing unit of work takes the head row without
+waiting (``FOR UPDATE SKIP LOCKED``); holding it, it numbers and hashes its entries and events at once,
+as the only numberer of the tenant until it commits. Finding it held by another transaction, it writes
+them to ``audit_pending`` / ``events_pending`` instead and commits without a number. Whoever holds the
+head next seals what is pending, in key order, before its own: the next writer that takes it, a reader
+(which waits for the head, as it must see everything committed), or the store's sealer (``sql.py``),
+woken by a commit that left something pending. Sealing in the order pending rows became visible keeps
+the chain in commit order: a row another transaction has not committed yet is not seen, and is sealed
+after it commits, behind anything sealed meanwhile. Nothing is numbered twice (one holder at a time), a
+reader never sees a number filled in below one it has seen (a holder numbers past the head it holds), and
+a crash between a commit and a seal leaves pending rows that the next holder seals.
+
+SQLite has one writer at a time, so its writers always hold the head and nothing is ever pending.
+"""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
 from datetime import datetime
+from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import bindparam, delete, select, update
 
 from tapgate.adapters.store import queries as q
 from tapgate.adapters.store import tables as t
-from tapgate.adapters.store.sql_base import Repo, insert_into
-from tapgate.domain.audit import AuditEntry, AuditRecord, chain_entry
-from tapgate.domain.errors import StorageError
+from tapgate.adapters.store.sql_base import Conn, Repo, insert_into
+from tapgate.domain.audit import AuditEntry, AuditRecord, chain_entry, check_record
 from tapgate.domain.events import Event, EventValue
 
+_TAKE_AUDIT = (
+    delete(t.audit_pending)
+    .where(t.audit_pending.c.tenant_id == bindparam("tenant"))
+    .returning(*t.audit_pending.c)
+)
+_TAKE_EVENTS = (
+    delete(t.events_pending)
+    .where(t.events_pending.c.tenant_id == bindparam("tenant"))
+    .returning(*t.events_pending.c)
+)
 
-class SqlEvents(Repo):
+
+class ChainHead:
+    """One unit of work's hold on its tenant's chain head, shared by its journal and its events."""
+
+    def __init__(self, conn: Conn, tenant_id: str, concurrent: bool) -> None:
+        self.conn = conn
+        self.tenant_id = tenant_id
+        self.concurrent = concurrent  # other transactions may write at once (PostgreSQL)
+        self._held: list[Any] | None = None  # [seq, hash, event_seq] while this unit of work holds it
+        self._tried = False
+        self._moved = False
+        self.left_pending = False  # wrote something another holder must seal
+
+    async def take(self) -> bool:
+        """Hold the head if nobody else does; never waits. False: write to the pending tables."""
+        if not self._tried:
+            self._tried = True
+            row = (await self.conn.execute(q.CHAIN_HEAD_TAKE, {"tenant": self.tenant_id})).first()
+            if row is not None:
+                await self._hold(row)
+        return self._held is not None
+
+    async def sealed(self) -> None:
+        """Before a read: seal what is pending, waiting for the head if it must (PostgreSQL)."""
+        if not self.concurrent or self._held is not None:
+            return
+        row = (await self.conn.execute(q.CHAIN_HEAD, {"tenant": self.tenant_id})).first()
+        if row is not None and row.pending:
+            self._tried = True
+            held = (await self.conn.execute(q.CHAIN_HEAD_WAIT, {"tenant": self.tenant_id})).first()
+            await self._hold(held)
+
+    def head(self) -> tuple[int, str] | None:
+        return None if self._held is None else (int(self._held[0]), str(self._held[1]))
+
+    async def _hold(self, row: Any) -> None:
+        self._held = [row.seq, row.hash, row.event_seq]
+        if row.pending:
+            await self._seal_pending()
+
+    async def _seal_pending(self) -> None:
+        tenant = {"tenant": self.tenant_id}
+        entries = sorted((await self.conn.execute(_TAKE_AUDIT, tenant)).all(), key=lambda r: r.key)
+        for r in entries:
+            record = AuditRecord(r.action, r.actor, r.outcome, r.subject, r.reason, json.loads(r.data))
+            await self.chain(record, r.at)
+        events = sorted((await self.conn.execute(_TAKE_EVENTS, tenant)).all(), key=lambda r: r.key)
+        for r in events:
+            await self.number(r.user_id, r.type, r.data, r.created_at)
+
+    async def chain(self, record: AuditRecord, at: datetime) -> AuditEntry:
+        assert self._held is not None
+        entry = chain_entry(self.tenant_id, self._held[0] + 1, at, record, self._held[1])
+        await self.conn.execute(
+            insert_into(t.audit_entries),
+            {
+                "tenant_id": entry.tenant_id,
+                "seq": entry.seq,
+                "at": entry.at,
+                "action": entry.action,
+                "actor": entry.actor,
+                "outcome": entry.outcome,
+                "subject": entry.subject,
+                "reason": entry.reason,
+                "data": json.dumps(dict(entry.data), sort_keys=True),
+                "prev_hash": entry.prev_hash,
+                "hash": entry.hash,
+            },
+        )
+        self._held[0], self._held[1] = entry.seq, entry.hash
+        self._moved = True
+        return entry
+
+    async def number(self, user_id: str, type: str, data: str, at: datetime) -> None:
+        assert self._held is not None
+        self._held[2] += 1
+        await self.conn.execute(
+            insert_into(t.events),
+            {
+                "tenant_id": self.tenant_id,
+                "seq": self._held[2],
+                "user_id": user_id,
+                "type": type,
+                "data": data,
+                "created_at": at,
+            },
+        )
+        self._moved = True
+
+    async def before_commit(self) -> None:
+        """Write the head once, where this unit of work left it."""
+        if self._moved and self._held is not None:
+            seq, hash, event_seq = self._held
+            await self.conn.execute(
+                q.MOVE_CHAIN_HEAD,
+                {"tenant": self.tenant_id, "seq": seq, "hash": hash, "event_seq": event_seq},
+            )
+            self._moved = False
+
+
+class ChainRepo(Repo):
+    def __init__(self, conn: Conn, tenant_id: str, chain: ChainHead) -> None:
+        super().__init__(conn, tenant_id)
+        self.chain = chain
+
+
+class SqlEvents(ChainRepo):
     async def erase_bodies(self, type: str, fields: Sequence[str], before: datetime) -> int:
+        await self.chain.sealed()
         c = t.events.c
         rows = await self.conn.execute(
             select(c.seq, c.data).where(c.tenant_id == self.tenant_id, c.type == type, c.created_at < before)
@@ -37,62 +169,61 @@ class SqlEvents(Repo):
             changed += 1
         return changed
 
-    async def append(self, user_id: str, type: str, data: Mapping[str, EventValue], at: datetime) -> int:
-        seq = await self.conn.scalar(q.NEXT_EVENT, {"tenant": self.tenant_id})
-        if seq is None:
-            raise StorageError(f"Tenant {self.tenant_id!r} has no event counter; was it created?")
-        await self.conn.execute(
-            insert_into(t.events),
-            {
-                "tenant_id": self.tenant_id,
-                "seq": seq,
-                "user_id": user_id,
-                "type": type,
-                "data": json.dumps(dict(data), sort_keys=True),
-                "created_at": at,
-            },
-        )
-        return int(seq)
+    async def append(self, user_id: str, type: str, data: Mapping[str, EventValue], at: datetime) -> None:
+        text = json.dumps(dict(data), sort_keys=True)
+        if await self.chain.take():
+            await self.chain.number(user_id, type, text, at)
+            return
+        pending = {
+            "tenant_id": self.tenant_id,
+            "user_id": user_id,
+            "type": type,
+            "data": text,
+            "created_at": at,
+        }
+        await self._insert(t.events_pending, pending, "An event is already pending under this key.")
+        self.chain.left_pending = True
 
     async def read(self, user_id: str, after: int, limit: int) -> Sequence[Event]:
+        await self.chain.sealed()
         rows = await self.conn.execute(
             q.EVENTS_AFTER, {"tenant": self.tenant_id, "user": user_id, "after": after, "limit": limit}
         )
         return [Event(r.tenant_id, r.seq, r.user_id, r.type, json.loads(r.data), r.created_at) for r in rows]
 
 
-class SqlJournal(Repo):
+class SqlJournal(ChainRepo):
     async def head(self) -> tuple[int, str] | None:
-        row = (await self.conn.execute(q.AUDIT_HEAD, {"tenant": self.tenant_id})).first()
+        await self.chain.sealed()
+        held = self.chain.head()
+        if held is not None:
+            return held
+        row = (await self.conn.execute(q.CHAIN_HEAD, {"tenant": self.tenant_id})).first()
         return None if row is None else (int(row.seq), str(row.hash))
 
-    async def append(self, record: AuditRecord, at: datetime) -> AuditEntry:
-        head = (await self.conn.execute(q.AUDIT_HEAD_LOCKED, {"tenant": self.tenant_id})).first()
-        if head is None:
-            raise StorageError(f"Tenant {self.tenant_id!r} has no audit journal; was it created?")
-        entry = chain_entry(self.tenant_id, head.seq + 1, at, record, head.hash)
-        await self.conn.execute(
-            insert_into(t.audit_entries),
+    async def append(self, record: AuditRecord, at: datetime) -> None:
+        check_record(record)
+        if await self.chain.take():
+            await self.chain.chain(record, at)
+            return
+        await self._insert(
+            t.audit_pending,
             {
-                "tenant_id": entry.tenant_id,
-                "seq": entry.seq,
-                "at": entry.at,
-                "action": entry.action,
-                "actor": entry.actor,
-                "outcome": entry.outcome,
-                "subject": entry.subject,
-                "reason": entry.reason,
-                "data": json.dumps(dict(entry.data), sort_keys=True),
-                "prev_hash": entry.prev_hash,
-                "hash": entry.hash,
+                "tenant_id": self.tenant_id,
+                "at": at,
+                "action": record.action,
+                "actor": record.actor,
+                "outcome": record.outcome,
+                "subject": record.subject,
+                "reason": record.reason,
+                "data": json.dumps(dict(record.data), sort_keys=True),
             },
+            "An audit entry is already pending under this key.",
         )
-        await self.conn.execute(
-            q.MOVE_AUDIT_HEAD, {"tenant": self.tenant_id, "seq": entry.seq, "hash": entry.hash}
-        )
-        return entry
+        self.chain.left_pending = True
 
     async def read(self, after: int, limit: int) -> Sequence[AuditEntry]:
+        await self.chain.sealed()
         c = t.audit_entries.c
         rows = await self.conn.execute(
             select(t.audit_entries)

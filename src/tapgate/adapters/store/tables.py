@@ -15,6 +15,7 @@ from sqlalchemy import (
     Column,
     DateTime,
     ForeignKeyConstraint,
+    Identity,
     Index,
     Integer,
     MetaData,
@@ -95,8 +96,9 @@ audit_heads = Table(
     Column("tenant_id", String(40), primary_key=True),
     Column("seq", BigInteger, nullable=False),
     Column("hash", String(64), nullable=False),
-    # The tenant's event counter sits on the row every writing transaction locks for the journal, so
-    # event numbers grow in commit order and a resuming reader misses none.
+    # The chain's head and the tenant's event counter: whoever holds this row numbers entries and events,
+    # so both grow in commit order and a resuming reader misses none. A writer that finds it held by
+    # another transaction does not wait: it writes to ``audit_pending`` / ``events_pending`` instead.
     Column("event_seq", BigInteger, nullable=False, server_default="0"),
     ForeignKeyConstraint(["tenant_id"], ["tenants.tenant_id"], ondelete="CASCADE"),
 )
@@ -266,6 +268,40 @@ events = Table(
     Index("events_user_seq", "tenant_id", "user_id", "seq"),
 )
 
+# Written where a writer found the tenant's chain head taken by another transaction (PostgreSQL only):
+# the entry waits here, in commit order of its key, until whoever holds the head next seals it into
+# ``audit_entries`` or ``events`` (adapters/store/sql_journal.py). No writer waits for another's head.
+_PENDING_KEY = BigInteger().with_variant(Integer(), "sqlite")  # SQLite: a rowid, as Identity() is not
+
+audit_pending = Table(
+    "audit_pending",
+    metadata,
+    Column("key", _PENDING_KEY, Identity(), primary_key=True),
+    Column("tenant_id", String(40), nullable=False),
+    Column("at", UtcDateTime, nullable=False),
+    Column("action", String(60), nullable=False),
+    Column("actor", String(120), nullable=False),
+    Column("outcome", String(30), nullable=False),
+    Column("subject", String(200), nullable=False),
+    Column("reason", Text, nullable=False),
+    Column("data", Text, nullable=False),
+    ForeignKeyConstraint(["tenant_id"], ["tenants.tenant_id"], ondelete="CASCADE"),
+    Index("audit_pending_tenant", "tenant_id", "key"),
+)
+
+events_pending = Table(
+    "events_pending",
+    metadata,
+    Column("key", _PENDING_KEY, Identity(), primary_key=True),
+    Column("tenant_id", String(40), nullable=False),
+    Column("user_id", String(40), nullable=False),
+    Column("type", String(40), nullable=False),
+    Column("data", Text, nullable=False),
+    Column("created_at", UtcDateTime, nullable=False),
+    ForeignKeyConstraint(["tenant_id", "user_id"], ["users.tenant_id", "users.user_id"], ondelete="CASCADE"),
+    Index("events_pending_tenant", "tenant_id", "key"),
+)
+
 push_outbox = Table(
     "push_outbox",
     metadata,
@@ -348,7 +384,6 @@ ingest_receipts = Table(
     Column("received_at", UtcDateTime, nullable=False),  # the device's word, used only in the digest
     Column("accepted_at", UtcDateTime, nullable=False),
     Column("session_id", String(100), nullable=False),
-    Column("event_seq", BigInteger, nullable=False),
     ForeignKeyConstraint(
         ["tenant_id", "device_uid"], ["devices.tenant_id", "devices.device_uid"], ondelete="CASCADE"
     ),
