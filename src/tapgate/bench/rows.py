@@ -156,6 +156,15 @@ SPECS: list[Spec] = [
         Target("ratio_min", 0.6, "≥ 60% of raw verify"),
     ),
     Spec("approvals-http", "Signed approval decisions over HTTP, SQLite", "dec/s", "verify-raw"),
+    # The tenant's chain head (DESIGN §16, bench/chain.py): 16 writers in one tenant against 16 tenants.
+    Spec("chain-postgres-spread", "Journal writers, 16 tenants, PostgreSQL", "commit/s", postgres=True),
+    Spec(
+        "chain-postgres-one",
+        "Journal writers, one tenant, PostgreSQL",
+        "commit/s",
+        "chain-postgres-spread",
+        postgres=True,
+    ),
     # Scale-out (DESIGN §17, bench/scaleout.py): N gateway processes on one PostgreSQL, per wake.
     *(
         Spec(

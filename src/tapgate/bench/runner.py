@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from tapgate.bench import scaleout, scenarios, seed, verify
+from tapgate.bench.chain import chain_rows
 from tapgate.bench.rows import BY_NAME, Row, Spec, select
 from tapgate.bench.servers import (
     Served,
@@ -34,6 +35,7 @@ from tapgate.bench.servers import (
 )
 from tapgate.bench.stage import Sizes, Stage
 
+CHAIN = {"chain-postgres-spread", "chain-postgres-one"}
 DEFAULT_POSTGRES_ADMIN = "postgresql://postgres@127.0.0.1:5432/postgres"
 
 
@@ -227,13 +229,17 @@ class Bench:
             await self.durable_floor(want, "sqlite", "sqlite:" + str(self.stage.work / "floor.db"))
         if want & {"roundtrip-ws-sqlite", "roundtrip-lp-sqlite", "throughput-sqlite"}:
             await self.invocations_sqlite(want)
-        postgres_rows = {s.name for s in specs if s.postgres and s.name not in scaleout.NAMES}
+        postgres_rows = {
+            s.name for s in specs if s.postgres and s.name not in scaleout.NAMES and s.name not in CHAIN
+        }
         if postgres_rows:
             await self.postgres(postgres_rows)
         if "ingest" in want:
             await self.ingest()
         if "approvals-http" in want:
             await self.approvals()
+        if want & CHAIN:
+            await self.chain(want)
         if want & {"idle-ws", "idle-lp"}:
             await self.idle(want)
         if want & set(scaleout.NAMES):
@@ -310,6 +316,18 @@ class Bench:
                 async with self.stage.serving(two) as served:
                     self.keep(await scenarios.throughput(self.stage, "throughput-postgres-2", served, pairs))
         self.stage.with_postgres = False
+
+    async def chain(self, want: set[str]) -> None:
+        admin = self.options.postgres_admin
+        why = "SQLite only (--no-postgres)" if admin is None else await postgres_reachable(admin)
+        if admin is None or why is not None:
+            for name in sorted(want & CHAIN):
+                self.skip(BY_NAME[name], why or "skipped")
+            return
+        self.say("The tenant's chain head: 16 writers in one tenant, and spread over 16 (in this process)")
+        for row in await chain_rows(admin, self.sizes.throughput_seconds):
+            if row.spec.name in want:
+                self.keep(row)
 
     async def ingest(self) -> None:
         self.say("SMS ingest on SQLite, one worker")
