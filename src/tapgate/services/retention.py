@@ -37,9 +37,11 @@ async def prune(ctx: Context) -> Pruned:
     invocations = events = notices = 0
     for tenant_id in await ctx.store.tenant_ids():
         async with ctx.store.unit_of_work(tenant_id) as uow:
+            # Events first: erasing them may wait for the tenant's chain head (sealing what is pending),
+            # and must not wait while this transaction holds rows a writer holding the head may need.
+            events += await uow.events.erase_bodies(INGEST_MESSAGE, ("body", "sender"), before)
             invocations += await uow.invocations.erase_texts(before, TEXT_CAPABILITIES)
             invocations += await uow.approvals.erase_texts(before, TEXT_CAPABILITIES)
-            events += await uow.events.erase_bodies(INGEST_MESSAGE, ("body", "sender"), before)
             notices += await uow.outbox.expire_held(notices_before)
     return Pruned(invocations, events, notices)
 
