@@ -15,15 +15,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import random
 import shutil
 import subprocess
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import asyncpg
 import httpx
 import pytest
 import websockets
@@ -33,7 +35,7 @@ from tapgate.adapters.store.sql import open_sql_store
 from tapgate.domain.approvals import sign_decision, signed_text
 from tapgate.faults import POINTS
 from tapgate.services.journal import verify_audit
-from tests.conftest import PostgresDatabase
+from tests.conftest import ADMIN_URL, PostgresDatabase, blocking, new_postgres_database
 from tests.live import Server, free_port, write_config
 from tests.reliability import FULL, Database, new_tenant, report, scaled
 from tests.world import LAMP, Key, bearer, device_body, new_key
@@ -434,8 +436,6 @@ async def _linked(server: Server, token: str) -> AsyncIterator[None]:
 @pytest.fixture(scope="module")
 def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One migrated SQLite file, copied for each scenario."""
-    from tests.conftest import blocking
-
     path = tmp_path_factory.mktemp("crash-template") / "tapgate.db"
     blocking(migrate(f"sqlite:///{path}"))
     return path
@@ -447,7 +447,7 @@ async def _matrix(scenarios: list[tuple[str, int]], make: Any, parallel: int) ->
 
     async def one(point: str, seed: int) -> None:
         async with gate:
-            url, db, folder = make(point, seed)
+            url, db, folder = await make(point, seed)
             # A bound for a hung scenario, not a speed requirement: a busy machine may take minutes.
             figures = await asyncio.wait_for(_scenario(point, seed, url, db, folder), timeout=300)
         totals["scenarios"] += 1
@@ -461,7 +461,7 @@ async def _matrix(scenarios: list[tuple[str, int]], make: Any, parallel: int) ->
 async def test_a_gateway_killed_at_any_point_loses_no_call_and_answers_none_twice_on_sqlite(
     template: Path, tmp_path: Path
 ) -> None:
-    def make(point: str, seed: int) -> tuple[str, Database, Path]:
+    async def make(point: str, seed: int) -> tuple[str, Database, Path]:
         folder = tmp_path / f"{point}-{seed}"
         folder.mkdir()
         shutil.copy(template, folder / "tapgate.db")
@@ -474,20 +474,59 @@ async def test_a_gateway_killed_at_any_point_loses_no_call_and_answers_none_twic
     assert totals["scenarios"] == len(scenarios)
 
 
+@pytest.fixture(scope="module")
+def postgres_template() -> Iterator[PostgresDatabase]:
+    """A migrated database that nothing connects to, copied for each scenario."""
+    yield from new_postgres_database()
+
+
 @pytest.mark.postgres
 @pytest.mark.skipif(not FULL, reason="PostgreSQL crash scenarios run under `make reliability`")
 async def test_a_gateway_killed_at_any_point_loses_no_call_and_answers_none_twice_on_postgresql(
-    postgres: PostgresDatabase, tmp_path: Path
+    postgres_template: PostgresDatabase, tmp_path: Path
 ) -> None:
-    def make(point: str, seed: int) -> tuple[str, Database, Path]:
+    # Each scenario gets a database of its own, as on SQLite: every gateway sweeps every tenant of its
+    # database, so side by side in one database a scenario's sweep would end (and count) the other's calls.
+    made: list[str] = []
+
+    async def make(point: str, seed: int) -> tuple[str, Database, Path]:
         folder = tmp_path / f"{point}-{seed}"
         folder.mkdir()
-        return postgres.app_url, Database(postgres.app_url, postgres.admin_url), folder
+        name = f"{postgres_template.name}_{len(made)}"
+        made.append(name)
+        copy = dataclasses.replace(
+            postgres_template,
+            name=name,
+            app_url=postgres_template.app_url.rsplit("/", 1)[0] + "/" + name,
+            admin_url=postgres_template.admin_url.rsplit("/", 1)[0] + "/" + name,
+        )
+        await _copy_database(postgres_template.name, name)
+        return copy.app_url, Database(copy.app_url, copy.admin_url), folder
 
     scenarios = [(point, seed) for point in POINTS for seed in range(SEEDS)]
-    totals = await _matrix(scenarios, make, parallel=2)
+    try:
+        totals = await _matrix(scenarios, make, parallel=2)
+    finally:
+        for name in made:
+            await _drop_database(name)
     report("crash matrix postgres", points=len(POINTS), seeds_per_point=SEEDS, **totals, lost=0)
     assert totals["scenarios"] == len(scenarios)
+
+
+async def _copy_database(template: str, name: str) -> None:
+    conn = await asyncpg.connect(ADMIN_URL)
+    try:
+        await conn.execute(f"CREATE DATABASE {name} TEMPLATE {template}")
+    finally:
+        await conn.close()
+
+
+async def _drop_database(name: str) -> None:
+    conn = await asyncpg.connect(ADMIN_URL)
+    try:
+        await conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+    finally:
+        await conn.close()
 
 
 def test_every_crash_point_is_reached_by_the_workload() -> None:
