@@ -194,6 +194,29 @@ async def test_a_devices_capabilities_presence_link_and_push_are_replaced_in_pla
         assert (device.capabilities, device.link_until, device.push) == ((), None, None)
 
 
+async def test_links_are_held_in_one_call_for_the_devices_named_and_no_others(store: Store) -> None:
+    tenant = await _with_device(store)
+    async with store.unit_of_work(tenant) as uow:
+        for uid, name in (("e" * 16, "second"), ("f" * 16, "third")):
+            await uow.devices.add(_device(tenant, uid, name, at=2))
+        await uow.devices.set_link("f" * 16, _at(5))
+        await uow.devices.hold_links(["d" * 16, "e" * 16, "0" * 16], _at(60))  # an unknown one is skipped
+        await uow.devices.hold_links([], _at(90))
+    other = await _with_device(store)  # the same device uid in another tenant is not touched
+    async with store.unit_of_work(tenant) as uow:
+        held = {uid: (await uow.devices.by_uid(uid)) for uid in ("d" * 16, "e" * 16, "f" * 16)}
+        assert {uid: d.link_until for uid, d in held.items() if d is not None} == {
+            "d" * 16: _at(60),
+            "e" * 16: _at(60),
+            "f" * 16: _at(5),
+        }
+    async with store.unit_of_work(other) as uow:
+        await uow.devices.hold_links(["d" * 16], _at(70))
+    async with store.unit_of_work(tenant) as uow:
+        mine = await uow.devices.by_uid("d" * 16)
+        assert mine is not None and mine.link_until == _at(60)
+
+
 async def test_devices_of_one_tenant_are_invisible_to_another(store: Store) -> None:
     a = await _with_device(store)
     b = await _world(store)

@@ -413,8 +413,8 @@ class Gateway:
 
     def device_link(self, caller: DeviceCaller, token: str) -> AsyncGenerator[dict[str, Any], None]:
         """The frames of the device's live link (calls, approvals, notices, then ``device:revoked`` once
-        it is removed), revalidating the device by its token on every wake; the link is held (online) while
-        the iterator runs."""
+        it is removed or its token revoked or expired), revalidating the device by its token on every wake
+        and at the token's expiry; the link is held (online) while the iterator runs."""
         devices.require_device_scope(caller, Scope.DEVICE_READ)
         return linking.frames(self.ctx, caller, lambda: self.authenticate_device(token), self.links)
 

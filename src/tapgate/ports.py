@@ -6,7 +6,7 @@ import asyncio
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from datetime import datetime
-from typing import Protocol
+from typing import Literal, Protocol
 
 from tapgate.domain.accounts import Credential, Tenant, User
 from tapgate.domain.audit import AuditEntry, AuditRecord
@@ -93,6 +93,10 @@ class Devices(Protocol):
 
     async def set_link(self, device_uid: str, until: datetime | None) -> None:
         """Mark a live link held until ``until`` (None: no live link)."""
+
+    async def hold_links(self, device_uids: Sequence[str], until: datetime) -> None:
+        """Hold the live links of every device in ``device_uids`` until ``until``, in one statement (a
+        process renews all its links in a few)."""
 
     async def set_push(self, device_uid: str, target: PushTarget | None) -> None:
         """Replace the device's push target (None: it has none)."""
@@ -373,16 +377,28 @@ class Store(Protocol):
     async def close(self) -> None: ...
 
 
+class Woken(Protocol):
+    """What a waiter holds: set by a notification on its key (an ``asyncio.Event`` is one)."""
+
+    def is_set(self) -> bool: ...
+    def set(self) -> None: ...
+    def clear(self) -> None: ...
+    async def wait(self) -> Literal[True]: ...
+
+
 class Wake(Protocol):
     """Waiters and the notifications that wake them. A waiter subscribes before it reads the state it
     waits on, so a notification between the read and the wait is never lost."""
 
     degraded: bool  # notifications may be missed just now: waiters also re-read on an interval
 
-    def subscribe(self, key: str, swept: bool = True) -> AbstractContextManager[asyncio.Event]:
+    def subscribe(
+        self, key: str, swept: bool = True, also: asyncio.Event | None = None
+    ) -> AbstractContextManager[Woken]:
         """An event set when ``key`` is notified. A waiter that recovers a missed notification by other
         means (a live link: its push, its next wake) passes ``swept=False`` and is left out of any sweep
-        that wakes every waiter on a timer, so an idle link stays idle."""
+        that wakes every waiter on a timer, so an idle link stays idle. Whenever the event is set, so is
+        ``also``: a waiter on several keys waits on that one event, and asks each which key woke it."""
 
     def notify(self, key: str) -> None: ...
 

@@ -112,7 +112,6 @@ def create_app(
         # With either device flag off, no device route exists at all (gate G12).
         app.include_router(devices.router, responses=_ERRORS)
         app.include_router(pairings.router, responses=_ERRORS)
-        app.include_router(link.router, responses=_ERRORS)
         app.include_router(approvals.router, responses=_ERRORS)
         app.include_router(passkeys.router, responses=_ERRORS)
         assert mcp is not None
@@ -131,4 +130,6 @@ def create_app(
     app.add_middleware(console_headers.ConsoleHeaders)
     app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
     app.add_middleware(Observe, registry=app.state.metrics)
+    if gateway.device_channel:
+        app.add_middleware(link.LinkFirst)  # outermost: the device link passes through nothing else
     return app

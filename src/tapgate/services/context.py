@@ -7,7 +7,7 @@ import contextlib
 from dataclasses import dataclass, field
 
 from tapgate.domain.policy import PolicySet
-from tapgate.ports import Clock, Store, Wake
+from tapgate.ports import Clock, Store, Wake, Woken
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,7 +107,7 @@ def wait_slice(ctx: Context, left: float) -> float:
     return max(0.0, left)
 
 
-async def sleep_until_woken(ctx: Context, woken: asyncio.Event, seconds: float) -> bool:
+async def sleep_until_woken(ctx: Context, woken: Woken, seconds: float) -> bool:
     """The one wait of every waiting read: until ``woken`` is set (True) or ``seconds`` have passed
     (False), and no longer than the poll interval while notifications may be missed (the caller then
     looks again)."""

@@ -41,7 +41,7 @@ from tapgate.domain.secret_scan import SecretRefused, check_outbound
 from tapgate.domain.sessions import Session, SessionKind
 from tapgate.domain.shown import TOO_LONG, TooLongToShow
 from tapgate.domain.tools import PHONE_ACTION, ToolName
-from tapgate.ports import UnitOfWork
+from tapgate.ports import UnitOfWork, Woken
 from tapgate.services.asking import open_approval
 from tapgate.services.console import is_paused
 from tapgate.services.context import (
@@ -557,7 +557,7 @@ async def _await_answer(
     caller: Principal,
     invocation_id: str,
     wait: float,
-    answered: asyncio.Event,
+    answered: Woken,
     known: Invocation | None = None,
     known_online: bool | None = None,
 ) -> View:

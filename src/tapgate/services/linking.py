@@ -3,12 +3,12 @@
 ``frames`` yields, for as long as the link lives: every pending call as ``device:invoke``, every open
 approval of the person as ``device:approval`` and every notice waiting for the device as
 ``device:notice`` at once, then each new one the moment it is written (in any process), never the same
-one twice on one link; ``device:revoked`` (and the end) when the device is removed. A notice sent marks
-its outbox row ``linked``: no push follows, and no later link sends it again. It revalidates the device on
-every wake (new work, the person's inbox or notices, its tenant's credentials) and never on a timer; its
-presence is held with every other link of the process in batches (``services/links.py``), so the agent
-reads ``device.online`` and ``device.offline``. ``acknowledge``
-answers a ``device:result`` with its ``device:ack``.
+one twice on one link; ``device:revoked`` (and the end) when the device is removed or its token is
+revoked (in any process) or expires. A notice sent marks its outbox row ``linked``: no push follows, and no
+later link sends it again. It revalidates the device on every wake (new work, the person's inbox or
+notices, its tenant's credentials) and at its token's expiry, never on a timer; its presence is held with
+every other link of the process in batches (``services/links.py``), so the agent reads ``device.online``
+and ``device.offline``. ``acknowledge`` answers a ``device:result`` with its ``device:ack``.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncGenerator, Awaitable, Callable
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from tapgate.domain.errors import Conflict, Gone, InvalidInput, NotFound, TapgateError
@@ -53,11 +53,12 @@ async def frames(
     user = caller.principal.user_id
     await devices.open_link(ctx.store, ctx.clock, caller, links.hold_seconds)
     try:
+        woken = asyncio.Event()  # set with any of the three: an idle link waits on it alone, with no task
         with (
             # Unswept: a link re-reads when woken, never on a sweep's timer (a call it misses is pushed).
-            ctx.wake.subscribe(device_key(tenant, uid), swept=False) as work,
-            ctx.wake.subscribe(inbox_key(tenant, user), swept=False) as asks,
-            ctx.wake.subscribe(notices_key(tenant, user), swept=False) as news,
+            ctx.wake.subscribe(device_key(tenant, uid), swept=False, also=woken) as work,
+            ctx.wake.subscribe(inbox_key(tenant, user), swept=False, also=woken) as asks,
+            ctx.wake.subscribe(notices_key(tenant, user), swept=False, also=woken) as news,
             links.holding(tenant, uid, work),
         ):
             calls: set[str] = set()
@@ -66,6 +67,7 @@ async def frames(
             look_at_approvals = look_at_notices = True
             while True:
                 work_woke = work.is_set()
+                woken.clear()
                 work.clear()
                 asks.clear()
                 news.clear()
@@ -108,9 +110,10 @@ async def frames(
                         await _linked(
                             ctx, tenant, [n.delivery_id for n in waiting if n.delivery_id in noticed]
                         )
-                # Idle until woken; only while notifications may be missed does the link poll.
+                # Idle until woken, or until the token expires (then revalidating ends the link); only
+                # while notifications may be missed does the link poll.
                 poll = wait_slice(ctx, links.hold_seconds) if ctx.wake.degraded else None
-                await _first(poll, work, asks, news)
+                await _woken(woken, _sooner(poll, caller.principal.expires_at, now))
                 look_at_approvals = asks.is_set() or ctx.wake.degraded
                 look_at_notices = news.is_set() or ctx.wake.degraded
     finally:
@@ -141,15 +144,21 @@ def _marked(task: asyncio.Future[None]) -> None:
         log.warning("notice mark failed", extra={"error": type(task.exception()).__name__})
 
 
-async def _first(seconds: float | None, *events: asyncio.Event) -> bool:
-    """Wait until one of the events is set, or ``seconds`` (None: no limit); True if one was set."""
-    waits = [asyncio.ensure_future(event.wait()) for event in events]
-    try:
-        done, _ = await asyncio.wait(waits, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for waiting in waits:
-            waiting.cancel()
-    return bool(done)
+def _sooner(seconds: float | None, expires_at: datetime | None, now: datetime) -> float | None:
+    """``seconds``, or the time left until ``expires_at`` if that comes first (None: neither)."""
+    if expires_at is None:
+        return seconds
+    left = max(0.0, (expires_at - now).total_seconds())
+    return left if seconds is None else min(seconds, left)
+
+
+async def _woken(event: asyncio.Event, seconds: float | None) -> None:
+    """Until ``event`` is set, or ``seconds`` have passed (None: no limit)."""
+    if seconds is None:
+        await event.wait()
+        return
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(event.wait(), seconds)
 
 
 async def acknowledge(ctx: Context, caller: DeviceCaller, frame: DeviceResult) -> dict[str, Any]:

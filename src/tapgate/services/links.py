@@ -19,13 +19,14 @@ from datetime import timedelta
 
 from tapgate import tasks
 from tapgate.domain.errors import TapgateError
+from tapgate.ports import Woken
 from tapgate.services.authcache import AUTH_SUFFIX
 from tapgate.services.context import Context
 
 log = logging.getLogger(__name__)
 HOLD_SECONDS = 60.0  # a held link counts as live this long after its last renewal
 RENEW_SECONDS = 25.0
-BATCH = 500  # links renewed per unit of work
+BATCH = 500  # links renewed per unit of work (one statement)
 
 
 class LiveLinks:
@@ -35,7 +36,7 @@ class LiveLinks:
         self.ctx = ctx
         self.renew_seconds = renew_seconds
         self.hold_seconds = hold_seconds
-        self._links: defaultdict[str, dict[str, set[asyncio.Event]]] = defaultdict(dict)
+        self._links: defaultdict[str, dict[str, set[Woken]]] = defaultdict(dict)
         self._sent: dict[tuple[str, str], set[str]] = {}  # the calls each device's links hold
         self._task: asyncio.Task[None] | None = None
         ctx.wake.listen(self._on_notify)
@@ -44,7 +45,7 @@ class LiveLinks:
         return sum(len(events) for devices in self._links.values() for events in devices.values())
 
     @contextlib.contextmanager
-    def holding(self, tenant_id: str, device_uid: str, woken: asyncio.Event) -> Iterator[None]:
+    def holding(self, tenant_id: str, device_uid: str, woken: Woken) -> Iterator[None]:
         """Count the link as live, renew its hold, and set ``woken`` when its tenant's credentials change."""
         devices = self._links[tenant_id]
         devices.setdefault(device_uid, set()).add(woken)
@@ -90,8 +91,7 @@ class LiveLinks:
             uids = list(devices)
             for start in range(0, len(uids), BATCH):
                 async with self.ctx.store.unit_of_work(tenant) as uow:
-                    for uid in uids[start : start + BATCH]:
-                        await uow.devices.set_link(uid, until)
+                    await uow.devices.hold_links(uids[start : start + BATCH], until)
                 renewed += len(uids[start : start + BATCH])
         return renewed
 

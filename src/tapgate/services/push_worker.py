@@ -13,7 +13,7 @@ import logging
 from collections.abc import Iterable
 
 from tapgate import tasks
-from tapgate.ports import PushSender
+from tapgate.ports import PushSender, Woken
 from tapgate.services.context import TENANTS_KEY, Context, outbox_key
 from tapgate.services.outbox import PushStats, Send, claim, send
 
@@ -97,7 +97,7 @@ class PushWorker:
         wake = self.ctx.wake
         with contextlib.ExitStack() as subscriptions:
             tenants_changed = subscriptions.enter_context(wake.subscribe(TENANTS_KEY))
-            woken: dict[str, asyncio.Event] = {}
+            woken: dict[str, Woken] = {}
             look_at: dict[str, float] = {}  # loop time of each tenant's next look
             refresh_at = 0.0
             while True:
@@ -134,7 +134,7 @@ class PushWorker:
                 await _first_of(waiting, max(0.0, until - loop.time()))
 
 
-async def _first_of(events: Iterable[asyncio.Event], seconds: float) -> None:
+async def _first_of(events: Iterable[Woken], seconds: float) -> None:
     """Wait until one of ``events`` is set, or ``seconds`` have passed."""
     events = list(events)
     if any(event.is_set() for event in events):

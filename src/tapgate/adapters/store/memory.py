@@ -272,6 +272,10 @@ class _Devices(_Repo):
     async def set_link(self, device_uid: str, until: datetime | None) -> None:
         self._update(device_uid, link_until=until)
 
+    async def hold_links(self, device_uids: Sequence[str], until: datetime) -> None:
+        for device_uid in device_uids:
+            self._update(device_uid, link_until=until)
+
     async def set_push(self, device_uid: str, target: PushTarget | None) -> None:
         self._update(device_uid, push=target)
 

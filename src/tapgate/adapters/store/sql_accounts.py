@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import or_, select, update
+from sqlalchemy import BindParameter, bindparam, or_, select, update
 
 from tapgate.adapters.store import queries as q
 from tapgate.adapters.store import tables as t
@@ -112,17 +112,22 @@ class SqlCredentials(Repo):
         return bool(done.rowcount)
 
     async def touch(self, used: Mapping[str, datetime]) -> None:
+        if not used:
+            return
         c = t.credentials.c
-        for credential_id, at in used.items():
-            await self.conn.execute(
-                update(t.credentials)
-                .where(
-                    c.tenant_id == self.tenant_id,
-                    c.credential_id == credential_id,
-                    or_(c.last_used_at.is_(None), c.last_used_at < at),
-                )
-                .values(last_used_at=at)
+        at: BindParameter[datetime] = bindparam("at")
+        statement = (
+            update(t.credentials)
+            .where(
+                c.tenant_id == self.tenant_id,
+                c.credential_id == bindparam("id"),
+                or_(c.last_used_at.is_(None), c.last_used_at < at),
             )
+            .values(last_used_at=at)
+        )
+        # One statement for the whole batch (executemany): a process that just took 10,000 links writes
+        # their tokens' use in one round trip, not 10,000.
+        await self.conn.execute(statement, [{"id": i, "at": when} for i, when in used.items()])
 
 
 def _credential(row: Any) -> Credential:

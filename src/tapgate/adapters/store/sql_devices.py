@@ -145,6 +145,15 @@ class SqlDevices(Repo):
     async def set_link(self, device_uid: str, until: datetime | None) -> None:
         await self.conn.execute(q.LINK_DEVICE, {"tenant": self.tenant_id, "uid": device_uid, "until": until})
 
+    async def hold_links(self, device_uids: Sequence[str], until: datetime) -> None:
+        if device_uids:
+            c = t.devices.c
+            await self.conn.execute(
+                update(t.devices)
+                .where(c.tenant_id == self.tenant_id, c.device_uid.in_(device_uids))
+                .values(link_until=until)
+            )
+
     async def set_push(self, device_uid: str, target: PushTarget | None) -> None:
         c = t.devices.c
         await self.conn.execute(

@@ -1,4 +1,4 @@
-"""Waiters in this process: one asyncio.Event per waiter, set by a notification on its key."""
+"""Waiters in this process: one event per waiter, set by a notification on its key."""
 
 from __future__ import annotations
 
@@ -6,24 +6,27 @@ import asyncio
 import contextlib
 from collections import defaultdict
 from collections.abc import Callable, Iterator
+from typing import Literal
+
+from tapgate.ports import Woken
 
 
 class LocalWake:
     def __init__(self) -> None:
-        self._waiters: defaultdict[str, set[asyncio.Event]] = defaultdict(set)
+        self._waiters: defaultdict[str, set[Woken]] = defaultdict(set)
         # True while notifications from other processes may be missed (the listener is reconnecting):
         # waiters then also re-read every invocation_poll_seconds.
         self.degraded = False
         self._listeners: list[Callable[[str | None], None]] = []
-        self._unswept: set[asyncio.Event] = set()  # waiters a sweep leaves alone (live links)
+        self._unswept: set[Woken] = set()  # waiters a sweep leaves alone (live links)
 
     def listen(self, callback: Callable[[str | None], None]) -> None:
         """Call ``callback`` with every notified key (None when every waiter is woken at once)."""
         self._listeners.append(callback)
 
     @contextlib.contextmanager
-    def subscribe(self, key: str, swept: bool = True) -> Iterator[asyncio.Event]:
-        event = asyncio.Event()
+    def subscribe(self, key: str, swept: bool = True, also: asyncio.Event | None = None) -> Iterator[Woken]:
+        event: Woken = asyncio.Event() if also is None else _AlsoSets(also)
         self._waiters[key].add(event)
         if not swept:
             self._unswept.add(event)
@@ -60,3 +63,37 @@ class LocalWake:
 
     def waiting(self) -> int:
         return sum(len(w) for w in self._waiters.values())
+
+
+class _AlsoSets:
+    """A flag that sets another event with itself: one waiter on several keys waits on that event alone.
+    It makes an event of its own only if something waits on it directly (a live link holds three of
+    these for hours; an ``asyncio.Event`` each would cost about 750 bytes more)."""
+
+    __slots__ = ("_also", "_event", "_value")
+
+    def __init__(self, also: asyncio.Event) -> None:
+        self._also = also
+        self._value = False
+        self._event: asyncio.Event | None = None
+
+    def is_set(self) -> bool:
+        return self._value
+
+    def set(self) -> None:
+        self._value = True
+        self._also.set()
+        if self._event is not None:
+            self._event.set()
+
+    def clear(self) -> None:
+        self._value = False
+        if self._event is not None:
+            self._event.clear()
+
+    async def wait(self) -> Literal[True]:
+        if self._value:
+            return True
+        if self._event is None:
+            self._event = asyncio.Event()
+        return await self._event.wait()

@@ -14,8 +14,9 @@ import contextlib
 import json
 import logging
 
-from fastapi import APIRouter, WebSocket, WebSocketDisconnect
 from prometheus_client import CollectorRegistry, Counter, Gauge
+from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from tapgate import tasks
 from tapgate.api.errors import error_response
@@ -25,7 +26,6 @@ from tapgate.domain.frames import REVOKED_FRAME, DeviceAuth, DeviceEvent, Device
 from tapgate.gateway import Gateway
 from tapgate.services.devices import DeviceCaller
 
-router = APIRouter()
 log = logging.getLogger(__name__)
 AUTH_SECONDS = 10.0
 UNAUTHORIZED = 4401
@@ -47,7 +47,24 @@ def _bearer(ws: WebSocket) -> str | None:
     return token.strip() if scheme.lower() == "bearer" and token.strip() else None
 
 
-@router.websocket("/v1/device/connect")
+PATH = "/v1/device/connect"
+
+
+class LinkFirst:
+    """Serve the device link ahead of the framework's routing and middleware, none of which acts on a
+    WebSocket: a link lives for hours, and each layer it passed through would hold its own state for as
+    long (about 13 KiB a link, measured: docs/performance.md)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "websocket" and scope["path"] == PATH:
+            await connect(WebSocket(scope, receive, send))
+            return
+        await self.app(scope, receive, send)
+
+
 async def connect(ws: WebSocket) -> None:
     gateway: Gateway = ws.app.state.gateway
     metrics: LinkMetrics = ws.app.state.link_metrics
@@ -156,22 +173,16 @@ class DeviceLink:
         self.close_code = 1000
 
     async def run(self) -> None:
+        # The frames end with device:revoked once the token is revoked (in any process: the tenant's
+        # credentials wake the link) or expires, so the link needs no watcher of its own.
         sending = asyncio.create_task(self._send())
         receiving = asyncio.create_task(self._receive())
-        lapsing = asyncio.create_task(self.gateway.token_lapses(self.token))
         try:
-            await asyncio.wait({sending, receiving, lapsing}, return_when=asyncio.FIRST_COMPLETED)
-            lapsed = lapsing.done() and not lapsing.cancelled() and lapsing.exception() is None
-            if lapsed and self.close_code != REVOKED:  # revoked or expired, in any process
-                self.close_code = REVOKED  # one device:revoked, whichever side saw it first
-                sending.cancel()
-                with contextlib.suppress(Exception):
-                    await self.ws.send_text(json.dumps(REVOKED_FRAME))
-                await _close(self.ws, REVOKED)
+            await asyncio.wait({sending, receiving}, return_when=asyncio.FIRST_COMPLETED)
         finally:
-            for task in (sending, receiving, lapsing):
-                task.cancel()  # all at once, then each until it has really ended
-            for task in (sending, receiving, lapsing):
+            for task in (sending, receiving):
+                task.cancel()  # both at once, then each until it has really ended
+            for task in (sending, receiving):
                 await tasks.stop(task)
             await _close(self.ws, self.close_code)
 
@@ -180,8 +191,6 @@ class DeviceLink:
         try:
             async for frame in frames:
                 if frame == REVOKED_FRAME:
-                    if self.close_code == REVOKED:
-                        return  # the token's lapse said so already
                     self.close_code = REVOKED
                 await self.ws.send_text(json.dumps(frame))
         finally:
