@@ -21,7 +21,7 @@ from sqlalchemy.sql.base import Executable
 
 from tapgate.adapters.store import tables as t
 from tapgate.adapters.store.counting import count
-from tapgate.adapters.store.postgres_raw import PostgresConnection
+from tapgate.adapters.store.postgres_raw import PostgresConnection, begin_for_tenant
 from tapgate.adapters.store.raw import RawStatements
 from tapgate.adapters.store.sql_accounts import SqlCredentials, SqlPauses, SqlTenants, SqlUsers
 from tapgate.adapters.store.sql_base import Conn
@@ -37,7 +37,6 @@ from tapgate.adapters.wake.postgres import CHANNEL
 from tapgate.domain.errors import StorageError
 
 log = logging.getLogger(__name__)
-SET_TENANT = text("SELECT set_config('app.tenant_id', :tenant, true)")
 
 
 class SqlStore:
@@ -83,7 +82,7 @@ class SqlStore:
                     await uow.chain.before_commit()
                 return
             async with contextlib.AsyncExitStack() as held:
-                conn, _ = await self._begin(held, SET_TENANT, {"tenant": tenant_id})
+                conn = await self._begin_for_tenant(held, tenant_id)
                 assert self._raw is not None
                 uow = SqlUnitOfWork(PostgresConnection(conn, self._raw), tenant_id, concurrent=True)
                 yield uow
@@ -122,6 +121,24 @@ class SqlStore:
                 raise
             held.push_async_exit(transaction)
             return conn, result
+        raise AssertionError("unreachable")
+
+    async def _begin_for_tenant(self, held: contextlib.AsyncExitStack, tenant_id: str) -> AsyncConnection:
+        """A transaction on a pooled connection for ``tenant_id``'s rows, held open by ``held``; like
+        ``_begin``, it tries once more on a fresh connection if the pooled one was found dead."""
+        assert self.engine is not None
+        for attempt in (1, 2):
+            transaction = contextlib.AsyncExitStack()
+            conn = await transaction.enter_async_context(self.engine.begin())
+            try:
+                await begin_for_tenant(conn, tenant_id)
+            except DBAPIError as e:
+                await transaction.__aexit__(type(e), e, e.__traceback__)
+                if attempt == 1 and e.connection_invalidated:
+                    continue
+                raise
+            held.push_async_exit(transaction)
+            return conn
         raise AssertionError("unreachable")
 
     async def tenant_ids(self) -> Sequence[str]:
