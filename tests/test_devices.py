@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
+from typing import Any
 
 import httpx
 import pytest
@@ -315,3 +317,48 @@ async def test_with_the_device_flags_off_no_device_route_or_tool_exists(api: htt
         r = await api.request(method, path, json={}, headers=bearer(world.operator))
         assert r.status_code == 404, (method, path)
     assert not [p for p in api.app.openapi()["paths"] if "device" in p or "pair" in p]  # type: ignore[attr-defined]
+    # The live link is served ahead of the routes (routes/link.py): with the flags off nothing accepts it.
+    sent = await _websocket_opening(api.app, "/v1/device/connect", bearer(world.operator))  # type: ignore[attr-defined]
+    assert sent and sent[0]["type"] == "websocket.close", sent
+
+
+async def test_with_the_device_flags_on_the_live_link_is_accepted_ahead_of_the_routes(
+    device_api: httpx.AsyncClient,
+) -> None:
+    """The other side of the check above: the same opening is taken by the link."""
+    sent = await _websocket_opening(device_api.app, "/v1/device/connect", {})  # type: ignore[attr-defined]
+    assert sent and sent[0]["type"] == "websocket.accept", sent
+
+
+async def _websocket_opening(app: Any, path: str, headers: dict[str, str]) -> list[dict[str, Any]]:
+    """What the ASGI ``app`` answers first to a WebSocket opening at ``path`` (then the client leaves)."""
+    sent: list[dict[str, Any]] = []
+    inbox = [{"type": "websocket.connect"}]
+    gone = asyncio.Event()
+
+    async def receive() -> dict[str, Any]:
+        if inbox:
+            return inbox.pop(0)
+        await gone.wait()
+        return {"type": "websocket.disconnect", "code": 1000}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+        gone.set()
+
+    scope = {
+        "type": "websocket",
+        "asgi": {"version": "3.0"},
+        "scheme": "ws",
+        "path": path,
+        "raw_path": path.encode(),
+        "root_path": "",
+        "query_string": b"",
+        "headers": [(k.lower().encode(), v.encode()) for k, v in headers.items()],
+        "client": ("127.0.0.1", 50000),
+        "server": ("127.0.0.1", 80),
+        "subprotocols": [],
+        "state": {},
+    }
+    await asyncio.wait_for(app(scope, receive, send), timeout=30)
+    return sent
