@@ -421,7 +421,7 @@ class Gateway:
     async def link_result(self, caller: DeviceCaller, frame: DeviceResult) -> dict[str, Any]:
         """Take a ``device:result`` frame; the ``device:ack`` that says what became of it."""
         devices.require_device_scope(caller, Scope.DEVICE_WRITE)
-        return await linking.acknowledge(self.ctx, caller, frame)
+        return await linking.acknowledge(self.ctx, caller, frame, self.links)
 
     # approvals
 

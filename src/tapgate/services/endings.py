@@ -21,6 +21,9 @@ async def expire(ctx: Context, invocation: Invocation, now: datetime) -> Invocat
         if await uow.invocations.resolve(expired):
             await announce(uow, expired, "invocation.expired", "system:expiry", now)
             await close_approval(uow, expired, ApprovalStatus.EXPIRED, "system:expiry", now)
+            # The device's links read again: a link reads a page of pending calls (the oldest), and one
+            # past it is sent once the page has room; nothing else would wake an idle link for it.
+            uow.notify(device_key(expired.tenant_id, expired.device_uid))
             return expired
         current = await uow.invocations.get(invocation.user_id, invocation.invocation_id)
     assert current is not None

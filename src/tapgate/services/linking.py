@@ -89,11 +89,12 @@ async def frames(
                     if look_at_notices:
                         unsent = await uow.outbox.notices_for(uid, since)
                 if pending is not None:
-                    for invocation in pending:
-                        if invocation.invocation_id not in calls:
-                            yield invoke_frame(invocation)
+                    fresh = [i for i in pending if i.invocation_id not in calls]
                     calls = {i.invocation_id for i in pending}
-                    links.note_sent(tenant, uid, calls)
+                    # Noted before they go: an answer to the first may come before the last is sent.
+                    links.note_sent(tenant, uid, calls, full=len(pending) >= answering.MAX_FETCH)
+                    for invocation in fresh:
+                        yield invoke_frame(invocation)
                 if open_ is not None:
                     for approval in open_:
                         if approval.approval_id not in approvals:
@@ -161,8 +162,18 @@ async def _woken(event: asyncio.Event, seconds: float | None) -> None:
         await asyncio.wait_for(event.wait(), seconds)
 
 
-async def acknowledge(ctx: Context, caller: DeviceCaller, frame: DeviceResult) -> dict[str, Any]:
-    """Take a ``device:result`` as the HTTP answer would, and say what became of it (``device:ack``)."""
+async def acknowledge(
+    ctx: Context, caller: DeviceCaller, frame: DeviceResult, links: LiveLinks
+) -> dict[str, Any]:
+    """Take a ``device:result`` as the HTTP answer would, and say what became of it (``device:ack``).
+    A link that holds a whole page of calls reads again after it (``LiveLinks.answered``)."""
+    try:
+        return await _acknowledge(ctx, caller, frame)
+    finally:
+        links.answered(caller.principal.tenant_id, caller.device.device_uid)
+
+
+async def _acknowledge(ctx: Context, caller: DeviceCaller, frame: DeviceResult) -> dict[str, Any]:
     try:
         answered = await answering.answer(ctx, caller, frame.call_id, frame.status, frame.message)
     except AlreadyAnswered as e:

@@ -38,6 +38,7 @@ class LiveLinks:
         self.hold_seconds = hold_seconds
         self._links: defaultdict[str, dict[str, set[Woken]]] = defaultdict(dict)
         self._sent: dict[tuple[str, str], set[str]] = {}  # the calls each device's links hold
+        self._full: set[tuple[str, str]] = set()  # devices whose links were sent a whole page of calls
         self._task: asyncio.Task[None] | None = None
         ctx.wake.listen(self._on_notify)
 
@@ -61,10 +62,25 @@ class LiveLinks:
                 self._links.pop(tenant_id, None)
             if device_uid not in devices:
                 self._sent.pop((tenant_id, device_uid), None)
+                self._full.discard((tenant_id, device_uid))
 
-    def note_sent(self, tenant_id: str, device_uid: str, call_ids: set[str]) -> None:
-        """The calls the device's live link holds now (it was sent them and they are still pending)."""
-        self._sent[(tenant_id, device_uid)] = set(call_ids)
+    def note_sent(self, tenant_id: str, device_uid: str, call_ids: set[str], full: bool = False) -> None:
+        """The calls the device's live link holds now (it was sent them and they are still pending);
+        ``full``: they were a whole page, and more may be waiting past it."""
+        key = (tenant_id, device_uid)
+        self._sent[key] = set(call_ids)
+        if full:
+            self._full.add(key)
+        else:
+            self._full.discard(key)
+
+    def answered(self, tenant_id: str, device_uid: str) -> None:
+        """The device answered a call on a link of this process. If its links hold a whole page they read
+        again, since a call past the page may fit now; otherwise an answer wakes nobody (the links hold
+        every pending call already, and a read per answer would cost every call a transaction)."""
+        if (tenant_id, device_uid) in self._full:
+            for event in self._links.get(tenant_id, {}).get(device_uid, ()):
+                event.set()
 
     def held(self, tenant_id: str, device_uid: str) -> frozenset[str]:
         """The calls a live link of this process holds for the device: a long-poll does not hand them
