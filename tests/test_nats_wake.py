@@ -134,7 +134,8 @@ async def test_no_notify_is_issued_in_postgresql_with_the_nats_wake(
             async with over_postgres.unit_of_work(tenant) as uow:
                 uow.notify(f"{tenant}:marker")
             # NOTIFY is delivered in commit order: the first thing heard is the later transaction's.
-            assert await asyncio.wait_for(heard.get(), timeout=BOUND) == f"{tenant}:marker"
+            payload = await asyncio.wait_for(heard.get(), timeout=BOUND)
+            assert payload == f"{over_postgres.origin} {tenant}:marker"
         finally:
             await over_nats.close()
             await over_postgres.close()

@@ -163,7 +163,7 @@ def build_gateway(
         url = engine_url(settings.database_url)
         if kind == "postgres" and url.get_backend_name() == "postgresql":
             dsn = url.set(drivername="postgresql").render_as_string(hide_password=False)
-            background.append(PostgresListener(dsn, wake))
+            background.append(PostgresListener(dsn, wake, origin=store.origin))
     else:
         wake = getattr(store, "wake", None) or LocalWake()
     if push is None and settings.devices_enabled:  # with the device flags off, no push is sent (G12)

@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import functools
 import logging
+import secrets
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
@@ -60,6 +61,7 @@ class SqlStore:
         self.wake = wake or LocalWake()
         self.is_postgres = sqlite is None
         self.database_notify = database_notify
+        self.origin = secrets.token_hex(8)  # names this process's notifications (``wake/postgres.py``)
         self._raw = RawStatements(engine.dialect) if engine is not None else None
         self._sealer = _Sealer(self)
 
@@ -88,10 +90,13 @@ class SqlStore:
                 yield uow
                 await uow.chain.before_commit()
                 if uow.keys and self.database_notify:
-                    # Delivered to every listening process exactly when this transaction commits.
+                    # Delivered to every listening process exactly when this transaction commits; each
+                    # names this process, whose own listener skips it (its waiters were woken at commit).
                     await conn.execute(
-                        text("SELECT pg_notify(:channel, k) FROM unnest(CAST(:keys AS text[])) AS k"),
-                        {"channel": CHANNEL, "keys": list(uow.keys)},
+                        text(
+                            "SELECT pg_notify(:channel, :origin || k) FROM unnest(CAST(:keys AS text[])) AS k"
+                        ),
+                        {"channel": CHANNEL, "origin": self.origin + " ", "keys": list(uow.keys)},
                     )
         except DBAPIError as e:
             # The driver's message can quote row contents: log its class only.

@@ -1,9 +1,11 @@
 """PostgreSQL LISTEN/NOTIFY: a notification committed in any process wakes waiters in this one.
 
-Units of work send ``pg_notify('tapgate_wake', key)`` inside their transaction, so a notification is
-delivered exactly when the change it announces is visible. One connection per process listens and
-feeds the local waiters; if it drops, it reconnects with back-off and wakes every waiter once, so
-nobody sleeps through what happened while it was away.
+Units of work send ``pg_notify('tapgate_wake', origin + ' ' + key)`` inside their transaction, so a
+notification is delivered exactly when the change it announces is visible. One connection per process
+listens and feeds the local waiters; if it drops, it reconnects with back-off and wakes every waiter once,
+so nobody sleeps through what happened while it was away. ``origin`` names the sending process: the
+listener skips its own process's notifications, whose waiters were woken at commit already (a second wake
+a moment later would have each of them read again).
 """
 
 from __future__ import annotations
@@ -22,9 +24,10 @@ log = logging.getLogger(__name__)
 
 
 class PostgresListener:
-    def __init__(self, dsn: str, wake: LocalWake) -> None:
+    def __init__(self, dsn: str, wake: LocalWake, origin: str = "") -> None:
         self._dsn = dsn
         self._wake = wake
+        self._origin = origin  # this process's notifications (the store's origin): skipped
         self._task: asyncio.Task[None] | None = None
         self.connected: asyncio.Event = asyncio.Event()
 
@@ -38,7 +41,9 @@ class PostgresListener:
         await tasks.stop(self._task)
 
     def _on_notify(self, _conn: object, _pid: int, _channel: str, payload: str) -> None:
-        self._wake.notify(payload)
+        origin, _, key = payload.partition(" ")
+        if origin != self._origin:
+            self._wake.notify(key or origin)  # a payload without an origin is a bare key
 
     async def _run(self) -> None:
         delay = 0.1
