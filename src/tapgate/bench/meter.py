@@ -18,13 +18,14 @@ Group = Callable[[], Iterable[psutil.Process]]
 MIN_WINDOW = 0.5  # seconds
 
 
-def cpu_seconds(processes: Iterable[psutil.Process]) -> float:
-    total = 0.0
+def cpu_by_process(processes: Iterable[psutil.Process]) -> dict[int, float]:
+    """Each process's CPU seconds so far, by pid."""
+    found: dict[int, float] = {}
     for process in processes:
         with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied):
             times = process.cpu_times()
-            total += times.user + times.system
-    return total
+            found[process.pid] = times.user + times.system
+    return found
 
 
 def rss_bytes(processes: Iterable[psutil.Process]) -> int:
@@ -52,7 +53,7 @@ def _busy_seconds() -> float:
 class Snapshot:
     wall: float
     busy: float
-    groups: dict[str, float]
+    groups: dict[str, dict[int, float]]  # each group's processes: their CPU seconds so far, by pid
 
 
 class Meter:
@@ -65,7 +66,7 @@ class Meter:
         return Snapshot(
             time.monotonic(),
             _busy_seconds(),
-            {name: cpu_seconds(find()) for name, find in self.groups.items()},
+            {name: cpu_by_process(find()) for name, find in self.groups.items()},
         )
 
     @staticmethod
@@ -75,8 +76,16 @@ class Meter:
         wall = after.wall - before.wall
         if wall < MIN_WINDOW:
             return {}
+        # Per process: one that started in the window counts whole, and one that ended in it (a database
+        # backend whose connection closed) drops out without taking its whole life's CPU off the group
+        # (which then showed as "other", and the machine as busy).
         used = {
-            name: max(0.0, after.groups[name] - before.groups.get(name, 0.0)) / wall for name in after.groups
+            name: sum(
+                max(0.0, seconds - before.groups.get(name, {}).get(pid, 0.0))
+                for pid, seconds in after.groups[name].items()
+            )
+            / wall
+            for name in after.groups
         }
         machine = min(float(psutil.cpu_count() or 1), max(0.0, after.busy - before.busy) / wall)
         used["machine"] = machine
