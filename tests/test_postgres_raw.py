@@ -9,14 +9,15 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from sqlalchemy import text
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from tapgate.adapters.store import queries as q
 from tapgate.adapters.store import tables as t
-from tapgate.adapters.store.postgres_raw import PostgresConnection
+from tapgate.adapters.store.postgres_raw import PostgresConnection, begin_for_tenant
 from tapgate.adapters.store.raw import RawStatements
-from tapgate.adapters.store.sql import SET_TENANT, open_sql_store
+from tapgate.adapters.store.sql import open_sql_store
 from tapgate.adapters.store.sql_base import insert_into, is_unique_violation
 from tests.conftest import PostgresDatabase
 from tests.test_sqlite_raw import (
@@ -51,7 +52,7 @@ async def test_each_hot_statement_answers_on_asyncpg_what_it_answers_through_sql
                 answers = []
                 for direct in (False, True):
                     transaction = await conn.begin()
-                    await conn.execute(SET_TENANT, {"tenant": tenant})
+                    await begin_for_tenant(conn, tenant)
                     runner: Any = PostgresConnection(conn, store._raw) if direct else conn
                     result = await runner.execute(statement, parameters)
                     rows = [tuple(r) for r in result] if statement.exported_columns else []
@@ -76,7 +77,7 @@ async def test_a_duplicate_row_on_asyncpg_is_sqlalchemys_integrity_error(postgre
         row = {"tenant_id": tenant, "user_id": "ana", "display_name": "Ana", "created_at": _at(0)}
         async with store.engine.connect() as conn:
             await conn.begin()
-            await conn.execute(SET_TENANT, {"tenant": tenant})
+            await begin_for_tenant(conn, tenant)
             with pytest.raises(IntegrityError) as refused:
                 await PostgresConnection(conn, store._raw).execute(insert_into(t.users), row)
             assert is_unique_violation(refused.value)
@@ -97,5 +98,23 @@ async def test_a_unit_of_work_on_postgresql_commits_all_of_its_rows_or_none(
         async with store.unit_of_work(tenant) as uow:
             assert await uow.invocations.get("ana", "inv-lost") is None
             assert await uow.pauses.paused_until("ana", "agent") is None
+    finally:
+        await store.close()
+
+
+async def test_a_unit_of_work_sets_its_tenant_exactly_whatever_the_tenant_id_holds(
+    postgres: PostgresDatabase,
+) -> None:
+    """The tenant goes into the BEGIN's simple query as a quoted literal: a quote in it stays text."""
+    store = open_sql_store(postgres.app_url)
+    try:
+        assert store.engine is not None
+        for tenant in ("t-plain", "t-o'brien", "t-'); SELECT pg_sleep(5); --", "t-\\'\\"):
+            async with store.engine.connect() as conn:
+                await conn.begin()
+                await begin_for_tenant(conn, tenant)
+                seen = await conn.scalar(text("SELECT current_setting('app.tenant_id')"))
+                await conn.rollback()
+            assert seen == tenant
     finally:
         await store.close()
