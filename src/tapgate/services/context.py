@@ -111,7 +111,10 @@ async def sleep_until_woken(ctx: Context, woken: Woken, seconds: float) -> bool:
     """The one wait of every waiting read: until ``woken`` is set (True) or ``seconds`` have passed
     (False), and no longer than the poll interval while notifications may be missed (the caller then
     looks again)."""
+    # asyncio.timeout, not wait_for: on Python 3.11 wait_for wraps the wait in a task of its own, a
+    # task per waiting request (and per held long-poll, for as long as it is held).
     with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(woken.wait(), timeout=wait_slice(ctx, seconds))
+        async with asyncio.timeout(wait_slice(ctx, seconds)):
+            await woken.wait()
         return True
     return False

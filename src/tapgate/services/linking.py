@@ -159,7 +159,8 @@ async def _woken(event: asyncio.Event, seconds: float | None) -> None:
         await event.wait()
         return
     with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(event.wait(), seconds)
+        async with asyncio.timeout(seconds):  # no task of its own, unlike wait_for on Python 3.11
+            await event.wait()
 
 
 async def acknowledge(
