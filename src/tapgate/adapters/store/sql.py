@@ -11,8 +11,8 @@ import contextlib
 import functools
 import logging
 import secrets
-from collections.abc import AsyncIterator, Sequence
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from typing import Any, TypeVar
 
 from sqlalchemy import select, text
 from sqlalchemy.engine import Result
@@ -38,6 +38,7 @@ from tapgate.adapters.wake.postgres import CHANNEL
 from tapgate.domain.errors import StorageError
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 class SqlStore:
@@ -106,8 +107,21 @@ class SqlStore:
     async def _begin(
         self, held: contextlib.AsyncExitStack, first: Executable, parameters: dict[str, Any] | None = None
     ) -> tuple[AsyncConnection, Result[Any]]:
-        """A transaction on a pooled connection, held open by ``held``, and its ``first`` statement's result
-        (a unit of work's first statement sets its tenant for row-level security).
+        """A transaction on a pooled connection, held open by ``held``, and its ``first`` statement's
+        result (see ``_begun``)."""
+        return await self._begun(held, lambda conn: conn.execute(first, parameters))
+
+    async def _begin_for_tenant(self, held: contextlib.AsyncExitStack, tenant_id: str) -> AsyncConnection:
+        """A transaction on a pooled connection for ``tenant_id``'s rows (row-level security), held open
+        by ``held`` (see ``_begun``)."""
+        conn, _ = await self._begun(held, lambda conn: begin_for_tenant(conn, tenant_id))
+        return conn
+
+    async def _begun(
+        self, held: contextlib.AsyncExitStack, start: Callable[[AsyncConnection], Awaitable[T]]
+    ) -> tuple[AsyncConnection, T]:
+        """A transaction on a pooled connection, held open by ``held``, begun by ``start`` (its first
+        statement), and what ``start`` returned.
 
         No ping before each transaction: a connection PostgreSQL closed meanwhile (a restart, an idle
         timeout) fails the first statement, before anything was done, and only then is it replaced and
@@ -118,32 +132,14 @@ class SqlStore:
             transaction = contextlib.AsyncExitStack()
             conn = await transaction.enter_async_context(self.engine.begin())
             try:
-                result = await conn.execute(first, parameters)
+                started = await start(conn)
             except DBAPIError as e:
                 await transaction.__aexit__(type(e), e, e.__traceback__)
                 if attempt == 1 and e.connection_invalidated:
                     continue
                 raise
             held.push_async_exit(transaction)
-            return conn, result
-        raise AssertionError("unreachable")
-
-    async def _begin_for_tenant(self, held: contextlib.AsyncExitStack, tenant_id: str) -> AsyncConnection:
-        """A transaction on a pooled connection for ``tenant_id``'s rows, held open by ``held``; like
-        ``_begin``, it tries once more on a fresh connection if the pooled one was found dead."""
-        assert self.engine is not None
-        for attempt in (1, 2):
-            transaction = contextlib.AsyncExitStack()
-            conn = await transaction.enter_async_context(self.engine.begin())
-            try:
-                await begin_for_tenant(conn, tenant_id)
-            except DBAPIError as e:
-                await transaction.__aexit__(type(e), e, e.__traceback__)
-                if attempt == 1 and e.connection_invalidated:
-                    continue
-                raise
-            held.push_async_exit(transaction)
-            return conn
+            return conn, started
         raise AssertionError("unreachable")
 
     async def tenant_ids(self) -> Sequence[str]:
