@@ -198,13 +198,16 @@ def build_app(
     clock: Clock | None = None,
     push: PushSender | None = None,
     reload_on_sighup: bool = False,
+    serving: bool = False,
 ) -> FastAPI:
+    """``serving``: the app is ``tapgate serve``'s, alone in its process (it then tunes the process)."""
     return create_app(
         build_gateway(settings, store, clock, push, reload_on_sighup),
         max_body_bytes=settings.max_body_bytes,
         mcp_wait=settings.mcp_wait_seconds,
         web_push_key=web_push_key(settings),
         max_streams_per_credential=settings.max_streams_per_credential,
+        settle_heap=serving,
     )
 
 
@@ -232,4 +235,4 @@ def app_from_environment() -> FastAPI:
             "max_body_bytes": settings.max_body_bytes,
         },
     )
-    return build_app(settings, reload_on_sighup=True)
+    return build_app(settings, reload_on_sighup=True, serving=True)
