@@ -60,5 +60,7 @@ def test_tapgates_app_starts_no_fastapi_span_where_a_plain_app_would(sqlite_url:
     )
     assert probe.returncode == 0, probe.stderr
     seen = json.loads(probe.stdout.strip().splitlines()[-1])
-    assert seen["plain"][0] == 200 and seen["plain"][1] > 0  # the probe sees FastAPI's spans where they are on
+    assert (
+        seen["plain"][0] == 200 and seen["plain"][1] > 0
+    )  # the probe sees FastAPI's spans where they are on
     assert seen["tapgate"] == [200, 0]

@@ -14,7 +14,7 @@ import pytest
 from tapgate.domain.accounts import Credential, Tenant, User
 from tapgate.domain.approvals import SignBlock
 from tapgate.domain.audit import GENESIS, AuditRecord
-from tapgate.domain.devices import BUILTINS, SMS_SEND, Declared, Device, DeviceStatus, PushTarget
+from tapgate.domain.devices import BUILTINS, SMS_SEND, Declared, Device, DeviceStatus, Presence, PushTarget
 from tapgate.domain.errors import Conflict, DuplicateInvocation
 from tapgate.domain.inbox import Approval, ApprovalStatus
 from tapgate.domain.ingest import Receipt, Triage
@@ -192,6 +192,28 @@ async def test_a_devices_capabilities_presence_link_and_push_are_replaced_in_pla
         device = await uow.devices.by_uid(uid)
         assert device is not None
         assert (device.capabilities, device.link_until, device.push) == ((), None, None)
+
+
+async def test_a_devices_presence_is_its_status_link_and_push_route_as_stored(store: Store) -> None:
+    tenant = await _with_device(store)
+    uid = "d" * 16
+    async with store.unit_of_work(tenant) as uow:
+        assert await uow.devices.presence("0" * 16) is None
+        assert await uow.devices.presence(uid) == Presence(DeviceStatus.ACTIVE, None, False)
+        await uow.devices.set_link(uid, _at(30))
+        assert await uow.devices.presence(uid) == Presence(DeviceStatus.ACTIVE, _at(30), False)
+        await uow.devices.set_link(uid, None)
+        await uow.devices.set_push(uid, PushTarget("webpush", "endpoint"))
+        await uow.devices.set_status(uid, DeviceStatus.REVOKED, _at(40))
+    async with store.unit_of_work(tenant) as uow:
+        presence = await uow.devices.presence(uid)
+        device = await uow.devices.by_uid(uid)
+        assert presence == Presence(DeviceStatus.REVOKED, None, True)
+        assert device is not None and device.presence() == presence
+        assert not presence.online(_at(1))  # revoked: reachable by push, but not online
+    other = await _world(store)
+    async with store.unit_of_work(other) as uow:
+        assert await uow.devices.presence(uid) is None  # another tenant's
 
 
 async def test_links_are_held_in_one_call_for_the_devices_named_and_no_others(store: Store) -> None:

@@ -11,7 +11,7 @@ from typing import Literal, Protocol
 from tapgate.domain.accounts import Credential, Tenant, User
 from tapgate.domain.audit import AuditEntry, AuditRecord
 from tapgate.domain.console import ConsoleSession, SignIn, SignInStatus
-from tapgate.domain.devices import Declared, Device, DeviceStatus, PushTarget
+from tapgate.domain.devices import Declared, Device, DeviceStatus, Presence, PushTarget
 from tapgate.domain.events import Event, EventValue
 from tapgate.domain.inbox import Approval
 from tapgate.domain.ingest import Receipt, Triage
@@ -74,6 +74,10 @@ class Devices(Protocol):
 
     async def by_uid(self, device_uid: str) -> Device | None:
         """Any device of the tenant by its internal id, revoked ones included."""
+
+    async def presence(self, device_uid: str) -> Presence | None:
+        """``by_uid``'s status, link and push route alone (one row, no capabilities): what the agent's
+        view says of the device."""
 
     async def list(self, user_id: str) -> Sequence[Device]:
         """The user's live devices, oldest first, with their capabilities."""

@@ -149,6 +149,27 @@ class PushTarget:
 
 
 @dataclass(frozen=True, slots=True)
+class Presence:
+    """Whether a device is there for a call: what the agent's view says of it (``device_online``)."""
+
+    status: DeviceStatus
+    link_until: datetime | None  # a live WebSocket link holds until then
+    push: bool  # it has a push route to wake it
+
+    def live(self, now: datetime) -> bool:
+        """A live link (a WebSocket) holds now."""
+        return self.link_until is not None and self.link_until > now
+
+    def reachable(self, now: datetime) -> bool:
+        """A live link, or a push route to wake it."""
+        return self.live(now) or self.push
+
+    def online(self, now: datetime) -> bool:
+        """Active and reachable: ``device_online`` in the agent's view."""
+        return self.status is DeviceStatus.ACTIVE and self.reachable(now)
+
+
+@dataclass(frozen=True, slots=True)
 class Device:
     tenant_id: str
     user_id: str
@@ -181,13 +202,16 @@ class Device:
     def with_capabilities(self, capabilities: Sequence[Declared]) -> Device:
         return replace(self, capabilities=tuple(capabilities))
 
+    def presence(self) -> Presence:
+        return Presence(self.status, self.link_until, self.push is not None)
+
     def live(self, now: datetime) -> bool:
         """A live link (a WebSocket) holds now."""
-        return self.link_until is not None and self.link_until > now
+        return self.presence().live(now)
 
     def reachable(self, now: datetime) -> bool:
-        """Online as the agent reads it (``device_online``): a live link, or a push route to wake it."""
-        return self.live(now) or self.push is not None
+        """A live link, or a push route to wake it (whatever its status: ``Presence.online`` adds that)."""
+        return self.presence().reachable(now)
 
 
 def check_device_id(value: object, field: str = "device_id") -> str:

@@ -125,8 +125,8 @@ def view(invocation: Invocation, device_online: bool | None = None) -> View:
 
 
 async def _online(uow: UnitOfWork, invocation: Invocation, now: datetime) -> bool | None:
-    device = await uow.devices.by_uid(invocation.device_uid)
-    return None if device is None else device.status is DeviceStatus.ACTIVE and device.reachable(now)
+    presence = await uow.devices.presence(invocation.device_uid)
+    return None if presence is None else presence.online(now)
 
 
 def _text(invocation: Invocation) -> str:

@@ -15,7 +15,7 @@ from tapgate.adapters.wake.local import LocalWake
 from tapgate.domain.accounts import Credential, Tenant, User
 from tapgate.domain.audit import GENESIS, AuditEntry, AuditRecord, chain_entry
 from tapgate.domain.console import ConsoleSession, SignIn, SignInStatus
-from tapgate.domain.devices import Declared, Device, DeviceStatus, PushTarget
+from tapgate.domain.devices import Declared, Device, DeviceStatus, Presence, PushTarget
 from tapgate.domain.errors import Conflict, DuplicateInvocation, StorageError
 from tapgate.domain.events import Event, EventValue
 from tapgate.domain.inbox import Approval, ApprovalStatus, erased_preview
@@ -242,6 +242,10 @@ class _Devices(_Repo):
 
     async def by_uid(self, device_uid: str) -> Device | None:
         return self.state.devices.get((self.tenant_id, device_uid))
+
+    async def presence(self, device_uid: str) -> Presence | None:
+        device = await self.by_uid(device_uid)
+        return None if device is None else device.presence()
 
     async def ever(self, user_id: str, device_id: str) -> bool:
         return any(d.user_id == user_id and d.device_id == device_id for d in self._mine())

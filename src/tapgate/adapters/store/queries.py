@@ -32,6 +32,9 @@ CREDENTIAL = select(t.credentials).where(_cred.tenant_id == _tenant, _cred.crede
 
 _DEVICES = select(t.devices).where(_dev.tenant_id == _tenant).order_by(_dev.created_at, _dev.device_uid)
 DEVICE_BY_UID = _DEVICES.where(_dev.device_uid == bindparam("uid"))
+DEVICE_PRESENCE = select(_dev.status, _dev.link_until, _dev.push_kind).where(
+    _dev.tenant_id == _tenant, _dev.device_uid == bindparam("uid")
+)
 LIVE_DEVICE = _DEVICES.where(
     _dev.user_id == bindparam("user"),
     _dev.device_id == bindparam("device"),
@@ -194,6 +197,7 @@ def is_hot(statement: Any) -> bool:
 for _statement in (
     CREDENTIAL,
     DEVICE_BY_UID,
+    DEVICE_PRESENCE,
     LIVE_DEVICE,
     LIVE_DEVICES,
     CAPABILITIES_OF,

@@ -13,7 +13,15 @@ from sqlalchemy import delete, func, insert, select, update
 from tapgate.adapters.store import queries as q
 from tapgate.adapters.store import tables as t
 from tapgate.adapters.store.sql_base import Repo, insert_into
-from tapgate.domain.devices import Capability, Declared, Device, DeviceStatus, PushTarget, parse_capability
+from tapgate.domain.devices import (
+    Capability,
+    Declared,
+    Device,
+    DeviceStatus,
+    Presence,
+    PushTarget,
+    parse_capability,
+)
 from tapgate.domain.errors import Conflict
 from tapgate.domain.pairing import Pairing, PairingStatus
 from tapgate.domain.passkeys import Passkey
@@ -90,6 +98,14 @@ class SqlDevices(Repo):
     async def by_uid(self, device_uid: str) -> Device | None:
         found = await self._load(q.DEVICE_BY_UID, uid=device_uid)
         return found[0] if found else None
+
+    async def presence(self, device_uid: str) -> Presence | None:
+        found = (
+            await self.conn.execute(q.DEVICE_PRESENCE, {"tenant": self.tenant_id, "uid": device_uid})
+        ).first()
+        if found is None:
+            return None
+        return Presence(DeviceStatus(found.status), found.link_until, found.push_kind is not None)
 
     async def list(self, user_id: str) -> Sequence[Device]:
         return await self._load(q.LIVE_DEVICES, user=user_id)
