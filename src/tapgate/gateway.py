@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -55,6 +55,7 @@ from tapgate.services.policy_explain import Explained, explain_call
 from tapgate.services.policy_reload import PolicyReloader
 from tapgate.services.push_worker import PushWorker
 from tapgate.services.retention import Pruned, RetentionSweeper, prune
+from tapgate.services.token_watch import TokenWatch
 from tapgate.services.usage import UsageRecorder
 
 
@@ -174,9 +175,10 @@ class Gateway:
         self._usage.seen(principal)
         return principal
 
-    async def token_lapses(self, token: str) -> None:
-        """Return once ``token`` is revoked (in any process) or expires; streams that hold it end then."""
-        await tokens.until_invalid(self.ctx, self.authenticate, token)
+    def watch_token(self, token: str, lapsed: Callable[[], None]) -> TokenWatch:
+        """Call ``lapsed`` once ``token`` is revoked (in any process) or expires, while the watch is open
+        (``async with``); requests that hold it end then."""
+        return TokenWatch(self.ctx, self.authenticate, token, lapsed)
 
     async def list_user_tokens(self, caller: Principal, user_id: str) -> Sequence[Credential]:
         caller.require(TokenKind.OPERATOR, TokenKind.USER)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -16,7 +15,6 @@ from tapgate.api.errors import error_response
 from tapgate.domain.errors import Unauthenticated
 from tapgate.gateway import Gateway
 
-log = logging.getLogger(__name__)
 _HOLDING_PATHS = ("/v1/events", "/mcp")
 _GONE = "This token was revoked or has expired; ask for a new one."
 
@@ -40,6 +38,9 @@ def holds(scope: Scope) -> bool:
 
 
 class EndOnLapse:
+    """Serves a holding request in its own task, with a watch on its token (no task of its own while
+    nothing happens); a lapse cancels the request where it waits, and it is answered as above."""
+
     def __init__(self, app: ASGIApp, gateway: Gateway) -> None:
         self.app = app
         self.gateway = gateway
@@ -49,7 +50,15 @@ class EndOnLapse:
         if token is None:
             await self.app(scope, receive, send)
             return
-        started = finished = False
+        request = asyncio.current_task()
+        assert request is not None
+        serving = started = finished = lapsed = False
+
+        def lapse() -> None:
+            nonlocal lapsed
+            if serving and not finished:  # never a cancel that could land outside the app
+                lapsed = True
+                request.cancel()
 
         async def sending(message: Message) -> None:
             nonlocal started, finished
@@ -59,26 +68,18 @@ class EndOnLapse:
                 finished = True
             await send(message)
 
-        async def serve() -> None:
-            await self.app(scope, receive, sending)
-
-        serving = asyncio.create_task(serve())
-        lapsing = asyncio.create_task(self.gateway.token_lapses(token))
-        try:
-            await asyncio.wait({serving, lapsing}, return_when=asyncio.FIRST_COMPLETED)
-            lapsed = not serving.done() and lapsing.done() and _ended_cleanly(lapsing)
-            if not lapsed:
-                await serving  # its answer goes out (or its error propagates); the watch is dropped
-                return
-        finally:
-            for task in (serving, lapsing):
-                if not task.done():
-                    task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await asyncio.gather(lapsing, return_exceptions=True)
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await serving
-        if finished:
+        async with self.gateway.watch_token(token, lapse):
+            serving = True
+            try:
+                await self.app(scope, receive, sending)
+            except asyncio.CancelledError:
+                if not lapsed:
+                    raise
+            finally:
+                serving = False
+                if lapsed:
+                    request.uncancel()  # the lapse is handled here; the task goes on to answer
+        if not lapsed or finished:
             return
         with contextlib.suppress(Exception):  # the client may have gone already
             if not started:
@@ -86,14 +87,3 @@ class EndOnLapse:
                 await error_response(401, Unauthenticated.code, _GONE, headers)(scope, receive, send)
             else:
                 await send({"type": "http.response.body", "body": b"", "more_body": False})
-
-
-def _ended_cleanly(task: asyncio.Task[None]) -> bool:
-    """The watch returned (the token lapsed); a watch that failed says nothing about the token."""
-    if task.cancelled():
-        return False
-    error = task.exception()
-    if error is not None:
-        log.warning("token watch failed", extra={"error": type(error).__name__})
-        return False
-    return True

@@ -1,20 +1,18 @@
-"""Tokens have a life (DESIGN §15): list them without their secrets, revoke one, and know when a token a
-stream holds stops being valid."""
+"""Tokens have a life (DESIGN §15): list them without their secrets, and revoke one (a held request
+learns of it through ``token_watch``)."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 
 from tapgate.domain.accounts import Credential
 from tapgate.domain.audit import AuditRecord
-from tapgate.domain.errors import Conflict, NotFound, StorageError, Unauthenticated
+from tapgate.domain.errors import Conflict, NotFound
 from tapgate.domain.principals import Principal, TokenKind
-from tapgate.domain.tokens import parse_token
 from tapgate.ports import Clock, Store
-from tapgate.services.context import Context, auth_key, sleep_until_woken
+from tapgate.services.context import auth_key
 
 _NOT_FOUND = "There is no token {!r} you may revoke; list tokens with GET /v1/users/{{user_id}}/tokens."
-IDLE_RECHECK_SECONDS = 300.0  # a stream's token is re-read this often even when nothing was notified
 
 
 async def list_for_user(store: Store, caller: Principal, user_id: str) -> Sequence[Credential]:
@@ -73,31 +71,3 @@ async def revoke(store: Store, clock: Clock, caller: Principal, token_id: str) -
             now,
         )
         uow.notify(auth_key(caller.tenant_id))  # every process forgets the token and ends its streams
-
-
-async def until_invalid(
-    ctx: Context, authenticate: Callable[[str], Awaitable[Principal]], token: str
-) -> None:
-    """Return once ``token`` is no longer valid: revoked (woken by its tenant's auth notification, in
-    any process) or expired (on its own clock). Runs beside a stream that holds the token."""
-    try:
-        tenant = parse_token(token).tenant_id
-    except Unauthenticated:
-        return
-    with ctx.wake.subscribe(auth_key(tenant)) as woken:
-        while True:
-            woken.clear()
-            try:
-                principal = await authenticate(token)
-            except Unauthenticated:
-                return
-            except StorageError:
-                principal = None  # the database is away: keep the stream, look again shortly
-            left = IDLE_RECHECK_SECONDS
-            if principal is None:
-                left = ctx.limits.invocation_poll_seconds
-            elif principal.expires_at is not None:
-                left = min(left, (principal.expires_at - ctx.clock.now()).total_seconds())
-                if left <= 0:
-                    return
-            await sleep_until_woken(ctx, woken, left)
