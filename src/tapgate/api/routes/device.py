@@ -7,6 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Response
 
 from tapgate.api.auth import DeviceDep, GatewayDep
+from tapgate.api.fast_routes import FastRoute
 from tapgate.api.schemas import (
     Capabilities,
     DeviceAnswer,
@@ -19,7 +20,7 @@ from tapgate.api.schemas import (
 )
 from tapgate.api.views import device_invocation, device_view
 
-router = APIRouter(prefix="/v1/device", tags=["device"])
+router = APIRouter(prefix="/v1/device", tags=["device"], route_class=FastRoute)
 
 
 @router.put("/capabilities", response_model=DeviceAnswer, summary="Re-declare the device's capabilities")

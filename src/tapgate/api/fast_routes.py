@@ -1,0 +1,160 @@
+"""The hot JSON routes (an agent's call, a device's answer and forwarded message) without FastAPI's
+per-request machinery, and with its behaviour.
+
+FastAPI resolves a route's parameters for every request with general code: the dependency graph, the
+body's content type, a second validation of the returned model. For a route whose parameters are only a
+JSON body model, path strings and tapgate's own dependencies (the gateway, a caller by bearer token),
+``FastRoute`` plans that work once, when the route is built: a request in the plain shape (a JSON object
+that validates, sent as ``application/json`` with a bearer token) is read, validated with the same model
+and handed to the same endpoint, whose returned model is written as FastAPI writes it. Anything else (a
+malformed or invalid body, another content type, no token) goes to FastAPI's own handler, so every
+error is the one FastAPI gives. About 140 µs of a call's CPU on the 2-core bench machine
+(docs/performance.md, seventh step). A route with anything more (a query parameter, a header, another
+dependency) is served by FastAPI unchanged.
+"""
+
+from __future__ import annotations
+
+import json
+import typing
+from collections.abc import Awaitable, Callable, Coroutine
+from dataclasses import dataclass
+from typing import Any
+
+import fastapi.routing
+from fastapi import Request, Response
+from fastapi.routing import APIRoute
+from pydantic import BaseModel, ValidationError
+
+from tapgate.api.auth import GATEWAY_DEPENDENCY, ByToken, bearer_token, gateway
+from tapgate.gateway import Gateway
+
+Handler = Callable[[Request], Coroutine[Any, Any, Response]]
+
+
+@dataclass(frozen=True)
+class _Plan:
+    endpoint: Callable[..., Awaitable[Any]]
+    body: tuple[str, type[BaseModel]] | None  # the body parameter's name and model
+    path: tuple[str, ...]  # path parameters, strings
+    by_token: tuple[tuple[str, Callable[[Gateway, str], Awaitable[Any]]], ...]  # the caller's parameter
+    gateway: tuple[str, ...]  # parameters that take the gateway
+    status_code: int
+
+    async def values(self, request: Request) -> dict[str, Any] | None:
+        """The endpoint's arguments, or None when the request is not in the plain shape."""
+        values: dict[str, Any] = {}
+        if self.body is not None:
+            if request.headers.get("content-type") != "application/json":
+                return None
+            try:
+                data = json.loads(await request.body())
+            except (ValueError, RecursionError):  # FastAPI's handler says which, as it always does
+                return None
+            if not isinstance(data, dict):
+                return None
+            name, model = self.body
+            try:
+                values[name] = model.model_validate(data)
+            except (ValidationError, RecursionError):
+                return None
+        token = bearer_token(request) if self.by_token else None
+        if self.by_token and token is None:
+            return None
+        for name in self.path:
+            values[name] = request.path_params[name]
+        gw = gateway(request)
+        for name in self.gateway:
+            values[name] = gw
+        for name, authenticate in self.by_token:  # last: past this point the request is served here
+            assert token is not None
+            values[name] = await authenticate(gw, token)
+        return values
+
+    def respond(self, result: Any) -> Response:
+        if isinstance(result, Response):
+            return result
+        model: BaseModel = result
+        content = model.__pydantic_serializer__.to_json(model, by_alias=True)
+        return Response(content, status_code=self.status_code, media_type="application/json")
+
+
+def _dependant(route: APIRoute) -> Any:
+    """The dependant FastAPI serves ``route`` with: an included route's carries its router's
+    dependencies too. None when this FastAPI does not say (then no plan is made)."""
+    var = getattr(fastapi.routing, "_effective_route_context_var", None)
+    if var is None:
+        return None
+    context = var.get()
+    if context is not None and getattr(context, "original_route", None) is route:
+        return getattr(context, "dependant", None)
+    return route.dependant
+
+
+def _plan(route: APIRoute) -> _Plan | None:
+    dependant = _dependant(route)
+    if dependant is None or dependant.query_params or dependant.header_params or dependant.cookie_params:
+        return None
+    hints = typing.get_type_hints(route.endpoint)
+    returned = hints.get("return")
+    if not (
+        (isinstance(returned, type) and issubclass(returned, Response))
+        or (
+            returned is route.response_model
+            and isinstance(returned, type)
+            and issubclass(returned, BaseModel)
+        )
+    ):
+        return None
+    body: tuple[str, type[BaseModel]] | None = None
+    if dependant.body_params:
+        if len(dependant.body_params) != 1:
+            return None
+        param = dependant.body_params[0]
+        model = hints.get(param.name)
+        if getattr(param.field_info, "embed", False) or not (
+            isinstance(model, type) and issubclass(model, BaseModel)
+        ):
+            return None
+        body = (param.name, model)
+    if any(hints.get(p.name) is not str for p in dependant.path_params):
+        return None
+    by_token: list[tuple[str, Callable[[Gateway, str], Awaitable[Any]]]] = []
+    gateways: list[str] = []
+    for dependency in dependant.dependencies:
+        if dependency.call is GATEWAY_DEPENDENCY:
+            gateways.append(dependency.name)
+        elif isinstance(dependency.call, ByToken) and not by_token:
+            by_token.append((dependency.name, dependency.call.authenticate))
+        else:
+            return None
+    return _Plan(
+        endpoint=route.endpoint,
+        body=body,
+        path=tuple(p.name for p in dependant.path_params),
+        by_token=tuple(by_token),
+        gateway=tuple(gateways),
+        status_code=route.status_code or 200,
+    )
+
+
+class FastRoute(APIRoute):
+    """An ``APIRoute`` served by a plan when its parameters allow one (``planned``), else as FastAPI
+    serves any route. Its OpenAPI description is FastAPI's, from the same signature."""
+
+    planned: bool = False
+
+    def get_route_handler(self) -> Handler:
+        standard = super().get_route_handler()
+        plan = _plan(self)
+        self.planned = plan is not None
+        if plan is None:
+            return standard
+
+        async def handle(request: Request) -> Response:
+            values = await plan.values(request)
+            if values is None:
+                return await standard(request)
+            return plan.respond(await plan.endpoint(**values))
+
+        return handle
