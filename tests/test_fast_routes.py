@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Annotated, Any
 
 import httpx
 import pytest
-from fastapi import APIRouter, FastAPI
+from fastapi import APIRouter, FastAPI, Query
 from fastapi.routing import APIRoute
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -41,9 +41,19 @@ async def echo(thing: str, body: InvocationBody, caller: Caller, gw: GatewayDep)
     return Echo(thing=thing, tool=body.tool, user=caller.user_id, wait=body.wait, arguments=body.arguments)
 
 
+async def read(
+    thing: str,
+    caller: Caller,
+    wait: Annotated[float, Query(ge=0, le=60, description="Seconds to wait")] = 0,
+    limit: Annotated[int | None, Query(ge=1)] = None,
+) -> Echo:
+    return Echo(thing=thing, tool=str(limit), user=caller.user_id, wait=wait, arguments={})
+
+
 def _app(gateway: Gateway, route_class: type[APIRoute]) -> FastAPI:
     router = APIRouter(prefix="/v1/things", route_class=route_class)
     router.post("/{thing}", response_model=Echo, status_code=201)(echo)
+    router.get("/{thing}", response_model=Echo)(read)
     app = FastAPI()
     app.state.gateway = gateway
     errors.install(app)
@@ -136,6 +146,43 @@ async def test_a_planned_route_answers_as_fastapis_handler_does(
     )
 
 
+_query = st.lists(
+    st.sampled_from(
+        [
+            "wait=1",
+            "wait=60",
+            "wait=61",
+            "wait=-1",
+            "wait=abc",
+            "wait=",
+            "wait=1.5",
+            "limit=0",
+            "limit=3",
+            "x=1",
+        ]
+    ),
+    max_size=3,
+).map("&".join)
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(query=_query, auth=_auth)
+async def test_a_planned_routes_query_is_read_as_fastapi_reads_it(
+    pair: Pair, query: str, auth: str | None
+) -> None:
+    headers = {"authorization": f"Bearer {pair.agent}"} if auth == "agent" else {}
+    if auth not in (None, "agent", "bearer agent"):
+        headers["authorization"] = auth
+    path = f"/v1/things/lamp?{query}" if query else "/v1/things/lamp"
+    planned = await pair.planned.get(path, headers=headers)
+    standard = await pair.standard.get(path, headers=headers)
+    assert (planned.status_code, planned.headers.get("content-type"), planned.content) == (
+        standard.status_code,
+        standard.headers.get("content-type"),
+        standard.content,
+    )
+
+
 async def test_the_plain_shape_is_served_by_the_plan(pair: Pair) -> None:
     body = {"tool": "device__lamp__set_light", "arguments": {"on": True}, "wait": 2}
     headers = {"authorization": f"Bearer {pair.agent}"}
@@ -165,6 +212,8 @@ def test_tapgates_hot_routes_are_planned_and_the_others_served_by_fastapi(tmp_pa
     }
     assert planned == {
         ("POST", "/v1/invocations"),
+        ("GET", "/v1/invocations/{invocation_id}"),
+        ("GET", "/v1/device/invocations"),
         ("POST", "/v1/device/invocations/{invocation_id}/result"),
         ("POST", "/v1/device/ingest"),
         ("POST", "/v1/device/heartbeat"),

@@ -1,16 +1,17 @@
-"""The hot JSON routes (an agent's call, a device's answer and forwarded message) without FastAPI's
-per-request machinery, and with its behaviour.
+"""The hot JSON routes (an agent's call and its read, a device's long-poll, answer and forwarded message)
+without FastAPI's per-request machinery, and with its behaviour.
 
 FastAPI resolves a route's parameters for every request with general code: the dependency graph, the
 body's content type, a second validation of the returned model. For a route whose parameters are only a
-JSON body model, path strings and tapgate's own dependencies (the gateway, a caller by bearer token),
-``FastRoute`` plans that work once, when the route is built: a request in the plain shape (a JSON object
-that validates, sent as ``application/json`` with a bearer token) is read, validated with the same model
-and handed to the same endpoint, whose returned model is written as FastAPI writes it. Anything else (a
-malformed or invalid body, another content type, no token) goes to FastAPI's own handler, so every
-error is the one FastAPI gives. About 140 µs of a call's CPU on the 2-core bench machine
-(docs/performance.md, seventh step). A route with anything more (a query parameter, a header, another
-dependency) is served by FastAPI unchanged.
+JSON body model, path strings, query parameters and tapgate's own dependencies (the gateway, a caller by
+bearer token), ``FastRoute`` plans that work once, when the route is built. A request in the plain shape
+(a JSON object that validates, sent as ``application/json`` with a bearer token; query parameters that
+FastAPI's own field validation accepts) is read, validated with the same model and handed to the same
+endpoint, whose returned model is written as FastAPI writes it. Anything else (a malformed or invalid
+body or query, another content type, no token) goes to FastAPI's own handler, so every error is the one
+FastAPI gives. About 140 µs of a call's CPU on the 2-core bench machine (docs/performance.md, seventh
+step). A route with anything more (a header or cookie parameter, another dependency) is served by
+FastAPI unchanged.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from typing import Any
 
 import fastapi.routing
 from fastapi import Request, Response
+from fastapi.dependencies.utils import request_params_to_args
 from fastapi.routing import APIRoute
 from pydantic import BaseModel, ValidationError
 
@@ -37,6 +39,7 @@ class _Plan:
     endpoint: Callable[..., Awaitable[Any]]
     body: tuple[str, type[BaseModel]] | None  # the body parameter's name and model
     path: tuple[str, ...]  # path parameters, strings
+    query: tuple[Any, ...]  # query parameters, as FastAPI's fields (it validates them)
     by_token: tuple[tuple[str, Callable[[Gateway, str], Awaitable[Any]]], ...]  # the caller's parameter
     gateway: tuple[str, ...]  # parameters that take the gateway
     status_code: int
@@ -63,6 +66,11 @@ class _Plan:
             return None
         for name in self.path:
             values[name] = request.path_params[name]
+        if self.query:
+            found, errors = request_params_to_args(self.query, request.query_params)
+            if errors:
+                return None
+            values.update(found)
         gw = gateway(request)
         for name in self.gateway:
             values[name] = gw
@@ -93,7 +101,7 @@ def _dependant(route: APIRoute) -> Any:
 
 def _plan(route: APIRoute) -> _Plan | None:
     dependant = _dependant(route)
-    if dependant is None or dependant.query_params or dependant.header_params or dependant.cookie_params:
+    if dependant is None or dependant.header_params or dependant.cookie_params:
         return None
     hints = typing.get_type_hints(route.endpoint)
     returned = hints.get("return")
@@ -132,6 +140,7 @@ def _plan(route: APIRoute) -> _Plan | None:
         endpoint=route.endpoint,
         body=body,
         path=tuple(p.name for p in dependant.path_params),
+        query=tuple(dependant.query_params),
         by_token=tuple(by_token),
         gateway=tuple(gateways),
         status_code=route.status_code or 200,
