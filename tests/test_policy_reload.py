@@ -73,6 +73,10 @@ async def test_reloads_under_concurrent_calls_never_show_a_call_half_a_file(
                     headers=bearer(agent),
                 )
                 reasons.append(str(r.json()["reason"]))
+                # A refused call in process never waits on anything, so this loop would never let the
+                # event loop poll for the reload's file read finishing on its thread; a server's
+                # requests each end, and the loop polls between them.
+                await asyncio.sleep(0)
 
         async def reloading() -> int:
             swapped = 0
