@@ -12,6 +12,7 @@ about a tenth of a waiting call's CPU, and memory for every held long-poll (docs
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from contextlib import ExitStack
@@ -81,7 +82,15 @@ class TokenWatch:
         return self
 
     async def __aexit__(self, *_: Any) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """``close``, and wait for a check it stopped to end (its read gives its connection back first)."""
+        checker = self._checker
         self.close()
+        if checker is not None and checker is not asyncio.current_task():
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.gather(checker, return_exceptions=True)
 
     def _nudge(self) -> None:
         if self._closed:
