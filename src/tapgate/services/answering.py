@@ -13,9 +13,9 @@ from tapgate.domain.errors import Conflict, Gone, NotFound
 from tapgate.domain.events import INVOCATION_LATE_REPORT
 from tapgate.domain.invocations import Invocation, Status, cut_message, device_status
 from tapgate.ports import UnitOfWork
-from tapgate.services.context import Context, device_key, events_key, sleep_until_woken
+from tapgate.services.context import Context, device_key, events_key, invocation_key, sleep_until_woken
 from tapgate.services.devices import DeviceCaller
-from tapgate.services.endings import announce
+from tapgate.services.endings import announce, device_online
 
 MAX_FETCH = 50
 
@@ -105,6 +105,7 @@ async def answer(
     status = device_status(status_word)
     now = ctx.clock.now()
     late = False
+    handed: tuple[str, Invocation, bool | None] | None = None  # for a call waiting in this process
     async with ctx.store.unit_of_work(caller.principal.tenant_id) as uow:
         invocation = await uow.invocations.get(caller.device.user_id, invocation_id)
         if (
@@ -129,6 +130,11 @@ async def answer(
                 current = await uow.invocations.get(invocation.user_id, invocation_id)  # the answer that won
                 raise AlreadyAnswered(current or invocation)
             await announce(uow, answered, "invocation.answered", caller.principal.actor, now)
+            key = invocation_key(answered.tenant_id, answered.user_id, invocation_id)
+            if ctx.handover.wanted(key):  # a call in this process waits: it takes the answer from here
+                handed = key, answered, await device_online(uow, answered, now)
+    if handed is not None:
+        ctx.handover.hand(*handed)
     faults.crash_point("answer.after_commit")
     if late:
         raise Gone("This invocation expired before the answer came; it is kept as a late report.")

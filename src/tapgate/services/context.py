@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from tapgate.domain.policy import PolicySet
 from tapgate.ports import Clock, Store, Wake, Woken
+from tapgate.services.handover import Handover
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +45,7 @@ class Context:
     limits: Limits = field(default_factory=Limits)
     policies: PolicySet = field(default_factory=PolicySet)
     device_channel: bool = False
+    handover: Handover = field(default_factory=Handover)  # answers handed to this process's waiting calls
 
     def swap_policies(self, policies: PolicySet) -> None:
         """Put new rules in force for the next call: one reference swapped, so a call that read

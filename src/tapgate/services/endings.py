@@ -30,6 +30,13 @@ async def expire(ctx: Context, invocation: Invocation, now: datetime) -> Invocat
     return current
 
 
+async def device_online(uow: UnitOfWork, invocation: Invocation, now: datetime) -> bool | None:
+    """Whether the invocation's device has a live link or a push route now (the view's ``device_online``);
+    None if the device is gone."""
+    presence = await uow.devices.presence(invocation.device_uid)
+    return None if presence is None else presence.online(now)
+
+
 async def announce(uow: UnitOfWork, invocation: Invocation, action: str, actor: str, now: datetime) -> None:
     """Journal, emit and wake for an invocation that just reached its end."""
     await uow.journal.append(

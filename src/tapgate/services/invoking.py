@@ -50,7 +50,8 @@ from tapgate.services.context import (
     invocation_key,
     sleep_until_woken,
 )
-from tapgate.services.endings import expire
+from tapgate.services.endings import device_online, expire
+from tapgate.services.handover import Slot
 from tapgate.services.outbox import queue_push
 
 _INVOCATION_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,63}$")
@@ -124,11 +125,6 @@ def view(invocation: Invocation, device_online: bool | None = None) -> View:
     )
 
 
-async def _online(uow: UnitOfWork, invocation: Invocation, now: datetime) -> bool | None:
-    presence = await uow.devices.presence(invocation.device_uid)
-    return None if presence is None else presence.online(now)
-
-
 def _text(invocation: Invocation) -> str:
     if invocation.capability == PHONE_ACTIONS:
         action = str(invocation.arguments.get("action", ""))
@@ -183,12 +179,13 @@ async def invoke(ctx: Context, caller: Principal, call: Call, wait: float = 0) -
         return (await _invoke(ctx, caller, call, arguments, invocation_id)).view
     # Subscribed before the row is written, so the answer's wake cannot come before the wait and the
     # row just written need not be read again before waiting.
-    with ctx.wake.subscribe(invocation_key(caller.tenant_id, _user_of(caller), invocation_id)) as answered:
+    key = invocation_key(caller.tenant_id, _user_of(caller), invocation_id)
+    with ctx.wake.subscribe(key) as answered, ctx.handover.waiting(key) as slot:
         first = await _invoke(ctx, caller, call, arguments, invocation_id)
         if first.status_known is None:
             return first.view
         return await _await_answer(
-            ctx, caller, invocation_id, wait, answered, first.status_known, first.online
+            ctx, caller, invocation_id, wait, answered, slot, first.status_known, first.online
         )
 
 
@@ -210,7 +207,7 @@ async def _invoke(
             existing = await uow.invocations.get(user, invocation_id) if call.invocation_id else None
             if existing is not None:
                 delivered = _replayed(existing, caller, digest)
-                online = await _online(uow, delivered, now)
+                online = await device_online(uow, delivered, now)
             else:
                 try:
                     delivered, online = await _chain(
@@ -236,7 +233,7 @@ async def _invoke(
         # A replay that raced the first call: the first one's row decides (gate G2).
         async with ctx.store.unit_of_work(caller.tenant_id) as uow:
             existing = await uow.invocations.get(user, invocation_id)
-            online = await _online(uow, existing, now) if existing is not None else None
+            online = await device_online(uow, existing, now) if existing is not None else None
         if existing is None:
             raise
         delivered = _replayed(existing, caller, digest)
@@ -548,8 +545,9 @@ async def result(ctx: Context, caller: Principal, invocation_id: str, wait: floa
     own agent made; the user's own token reads all of theirs. Raises NotFound."""
     if caller.kind is not TokenKind.USER:
         caller.require(TokenKind.AGENT, TokenKind.USER, scope=Scope.TOOLS)
-    with ctx.wake.subscribe(invocation_key(caller.tenant_id, _user_of(caller), invocation_id)) as answered:
-        return await _await_answer(ctx, caller, invocation_id, wait, answered)
+    key = invocation_key(caller.tenant_id, _user_of(caller), invocation_id)
+    with ctx.wake.subscribe(key) as answered, ctx.handover.waiting(key) as slot:
+        return await _await_answer(ctx, caller, invocation_id, wait, answered, slot)
 
 
 async def _await_answer(
@@ -558,19 +556,25 @@ async def _await_answer(
     invocation_id: str,
     wait: float,
     answered: Woken,
+    slot: Slot,
     known: Invocation | None = None,
     known_online: bool | None = None,
 ) -> View:
-    """Wait on ``answered`` (subscribed before ``known`` was read, if given) for the invocation's end."""
+    """Wait on ``answered`` (subscribed before ``known`` was read, if given) for the invocation's end;
+    an answer handed over in ``slot`` is taken once the caller has been shown to own the call."""
     wait = max(0.0, min(float(wait), MAX_WAIT))
     loop = asyncio.get_running_loop()
     deadline = loop.time() + wait
+    owned = known is not None  # the caller wrote it or read it: it is theirs
     while True:
         if known is not None:
             invocation, online, known = known, known_online, None
+        elif owned and slot.ended is not None:
+            invocation, online = slot.ended
         else:
             answered.clear()
             invocation, online = await _read(ctx, caller, invocation_id)
+            owned = True
         if not invocation.status.open:
             return view(invocation, online)
         now = ctx.clock.now()
@@ -598,5 +602,5 @@ async def _read(ctx: Context, caller: Principal, invocation_id: str) -> tuple[In
             raise NotFound(f"There is no invocation {invocation_id!r}.")
         if caller.kind is TokenKind.AGENT and invocation.agent_id != (caller.agent_id or ""):
             raise NotFound(f"There is no invocation {invocation_id!r}.")  # another agent's: never told apart
-        online = await _online(uow, invocation, ctx.clock.now())
+        online = await device_online(uow, invocation, ctx.clock.now())
     return invocation, online

@@ -1,0 +1,135 @@
+"""An answer reaches a call waiting in the same process without a read (services/handover.py): the
+answer's own transaction is the last one, the view is what a read would give, only the call's owner is
+handed anything, and nothing is left held once the calls end."""
+
+from __future__ import annotations
+
+import asyncio
+
+import httpx
+
+from tapgate.adapters.store.counting import COUNTS
+from tapgate.services.context import invocation_key
+from tests.world import LAMP, World, bearer, device_body
+
+TOOL = "device__desk_lamp__set_light"
+
+
+async def _lamp_and_agent(client: httpx.AsyncClient) -> tuple[World, str, str]:
+    world = await World(client).start()
+    await world.person("ana")
+    agent = await world.agent("ana")
+    lamp = await world.enrol("ana", device_body("desk-lamp", [LAMP], grants=["set_light"]))
+    return world, agent, lamp
+
+
+async def _fetch_one(client: httpx.AsyncClient, lamp: str) -> str:
+    r = await client.get("/v1/device/invocations", params={"wait": 10}, headers=bearer(lamp))
+    [call] = r.json()["invocations"]
+    return str(call["id"])
+
+
+async def _answer(client: httpx.AsyncClient, lamp: str, invocation_id: str) -> None:
+    r = await client.post(
+        f"/v1/device/invocations/{invocation_id}/result",
+        json={"status": "done", "message": "on"},
+        headers=bearer(lamp),
+    )
+    assert r.status_code == 200, r.text
+
+
+async def test_a_waiting_call_is_answered_by_the_answers_own_transaction(
+    device_api: httpx.AsyncClient,
+) -> None:
+    _, agent, lamp = await _lamp_and_agent(device_api)
+    for turn in range(3):  # the first fills the caches (the tokens, the device)
+        waiting = asyncio.create_task(
+            device_api.post(
+                "/v1/invocations",
+                json={"tool": TOOL, "arguments": {"on": True}, "wait": 20},
+                headers=bearer(agent),
+            )
+        )
+        invocation_id = await _fetch_one(device_api, lamp)
+        before = COUNTS.transactions
+        await _answer(device_api, lamp, invocation_id)
+        view = (await asyncio.wait_for(waiting, timeout=20)).json()
+        assert view["status"] == "done" and view["id"] == invocation_id
+        if turn:
+            assert COUNTS.transactions - before == 1  # the answer; the waiting call read nothing back
+
+
+async def test_the_handed_view_is_the_view_a_read_gives(device_api: httpx.AsyncClient) -> None:
+    _, agent, lamp = await _lamp_and_agent(device_api)
+    # The agent's call, and a second request of the same agent waiting on the same call by its id.
+    waiting = asyncio.create_task(
+        device_api.post(
+            "/v1/invocations",
+            json={"tool": TOOL, "arguments": {"on": True}, "wait": 20},
+            headers=bearer(agent),
+        )
+    )
+    invocation_id = await _fetch_one(device_api, lamp)
+    reading = asyncio.create_task(
+        device_api.get(f"/v1/invocations/{invocation_id}", params={"wait": 20}, headers=bearer(agent))
+    )
+    gateway = device_api.app.state.gateway  # type: ignore[attr-defined]
+    [tenant] = await gateway.store.tenant_ids()
+    key = invocation_key(tenant, "ana", invocation_id)
+    async with asyncio.timeout(20):
+        while gateway.ctx.handover.waiting_on(key) < 2:  # both wait now
+            await asyncio.sleep(0)
+    await _answer(device_api, lamp, invocation_id)
+    handed = [(await asyncio.wait_for(task, timeout=20)).json() for task in (waiting, reading)]
+    read = (await device_api.get(f"/v1/invocations/{invocation_id}", headers=bearer(agent))).json()
+    assert handed == [read, read]
+    assert read["status"] == "done" and read["result"] is not None and read["device_online"] is False
+    assert not gateway.ctx.handover.wanted(key)  # nothing is held once the calls have ended
+
+
+async def test_another_agent_waiting_on_the_call_is_handed_nothing(device_api: httpx.AsyncClient) -> None:
+    world, agent, lamp = await _lamp_and_agent(device_api)
+    other = await world.agent("ana", "planner")
+    waiting = asyncio.create_task(
+        device_api.post(
+            "/v1/invocations",
+            json={"tool": TOOL, "arguments": {"on": True}, "wait": 20},
+            headers=bearer(agent),
+        )
+    )
+    invocation_id = await _fetch_one(device_api, lamp)
+    r = await device_api.get(f"/v1/invocations/{invocation_id}", params={"wait": 20}, headers=bearer(other))
+    assert r.status_code == 404, r.text  # told at once, before any wait, as before
+    await _answer(device_api, lamp, invocation_id)
+    assert (await asyncio.wait_for(waiting, timeout=20)).json()["status"] == "done"
+
+
+async def test_an_answer_already_handed_over_is_not_shown_to_another_agent(
+    device_api: httpx.AsyncClient,
+) -> None:
+    """Even with the answer lying in the slot when its wait begins, another agent's read is refused."""
+    world, agent, lamp = await _lamp_and_agent(device_api)
+    other = await world.agent("ana", "planner")
+    gateway = device_api.app.state.gateway  # type: ignore[attr-defined]
+    [tenant] = await gateway.store.tenant_ids()
+    waiting = asyncio.create_task(
+        device_api.post(
+            "/v1/invocations",
+            json={"tool": TOOL, "arguments": {"on": True}, "wait": 20},
+            headers=bearer(agent),
+        )
+    )
+    invocation_id = await _fetch_one(device_api, lamp)
+    key = invocation_key(tenant, "ana", invocation_id)
+    with gateway.ctx.handover.waiting(key) as slot:
+        await _answer(device_api, lamp, invocation_id)
+        assert slot.ended is not None and slot.ended[0].status.value == "done"
+        r = await device_api.get(
+            f"/v1/invocations/{invocation_id}", params={"wait": 20}, headers=bearer(other)
+        )
+        assert r.status_code == 404, r.text
+        r = await device_api.get(
+            f"/v1/invocations/{invocation_id}", params={"wait": 20}, headers=bearer(agent)
+        )
+        assert r.json()["status"] == "done"
+    assert (await asyncio.wait_for(waiting, timeout=20)).json()["status"] == "done"
