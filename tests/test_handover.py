@@ -76,9 +76,10 @@ async def test_the_handed_view_is_the_view_a_read_gives(device_api: httpx.AsyncC
     gateway = device_api.app.state.gateway  # type: ignore[attr-defined]
     [tenant] = await gateway.store.tenant_ids()
     key = invocation_key(tenant, "ana", invocation_id)
-    async with asyncio.timeout(20):
-        while gateway.ctx.handover.waiting_on(key) < 2:  # both wait now
-            await asyncio.sleep(0)
+    deadline = asyncio.get_running_loop().time() + 20
+    while gateway.ctx.handover.waiting_on(key) < 2:  # until both wait
+        assert asyncio.get_running_loop().time() < deadline, "the two requests did not both wait"
+        await asyncio.sleep(0)
     await _answer(device_api, lamp, invocation_id)
     handed = [(await asyncio.wait_for(task, timeout=20)).json() for task in (waiting, reading)]
     read = (await device_api.get(f"/v1/invocations/{invocation_id}", headers=bearer(agent))).json()
