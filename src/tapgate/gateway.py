@@ -46,6 +46,7 @@ from tapgate.services.authcache import AuthCache
 from tapgate.services.context import Context, Limits
 from tapgate.services.devices import DeviceCaller, NewDevice
 from tapgate.services.expiry import Sweeper, sweep
+from tapgate.services.handed import HandedCalls
 from tapgate.services.ingesting import Ingested
 from tapgate.services.invoking import Call, View
 from tapgate.services.links import LiveLinks
@@ -104,6 +105,7 @@ class Gateway:
             self._background.append(self.policy_reloader)
         self._sweeper = Sweeper(self.ctx, sweep_seconds)
         self.links = LiveLinks(self.ctx)  # the device links this process holds, renewed in batches
+        self.hands = HandedCalls(self.ctx)  # when the long-poll handed each call, written in batches
         self._pusher = PushWorker(self.ctx, push) if device_channel and push is not None else None
 
     @property
@@ -137,6 +139,7 @@ class Gateway:
             self._sweeper.start()
             self._retention.start()
             self.links.start()
+            self.hands.start()
         if self._pusher is not None:
             await self._pusher.start()
 
@@ -145,6 +148,7 @@ class Gateway:
         await self._retention.close()
         await self._sweeper.close()
         await self.links.close()
+        await self.hands.close()
         if self._pusher is not None:
             await self._pusher.close()
         for service in reversed(self._background):
@@ -367,7 +371,7 @@ class Gateway:
     async def device_pending(self, caller: DeviceCaller, wait: float = 0) -> Sequence[Invocation]:
         devices.require_device_scope(caller, Scope.DEVICE_READ)
         held = self.links.held(caller.principal.tenant_id, caller.device.device_uid)
-        return await answering.pending(self.ctx, caller, wait, held)
+        return await answering.pending(self.ctx, caller, self.hands, wait, held)
 
     async def device_answer(
         self, caller: DeviceCaller, invocation_id: str, status: str, message: str | None

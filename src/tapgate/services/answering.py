@@ -16,6 +16,7 @@ from tapgate.ports import UnitOfWork
 from tapgate.services.context import Context, device_key, events_key, invocation_key, sleep_until_woken
 from tapgate.services.devices import DeviceCaller
 from tapgate.services.endings import announce, device_online
+from tapgate.services.handed import HandedCalls
 
 MAX_FETCH = 50
 
@@ -37,19 +38,23 @@ class AlreadyAnswered(Conflict):
 
 
 async def pending(
-    ctx: Context, caller: DeviceCaller, wait: float = 0, held: Collection[str] = frozenset()
+    ctx: Context,
+    caller: DeviceCaller,
+    hands: HandedCalls,
+    wait: float = 0,
+    held: Collection[str] = frozenset(),
 ) -> Sequence[Invocation]:
     """The long-poll: the device's pending invocations it does not hold, waiting up to ``wait`` seconds
     for one. A call handed to the device is handed again only ``redelivery_seconds`` later, so a device
-    that holds its work waits here instead of spinning; ``held`` are calls a live link of this process
-    holds for the device (handed over there, with no mark written)."""
+    that holds its work waits here instead of spinning (``hands`` remembers when); ``held`` are calls a
+    live link of this process holds for the device (handed over there, with no mark written)."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + max(0.0, min(wait, 60.0))
     tenant, uid = caller.principal.tenant_id, caller.device.device_uid
     with ctx.wake.subscribe(device_key(tenant, uid)) as woken:
         while True:
             woken.clear()
-            found, held_until = await _take(ctx, caller, fresh_only=True, skip=held)
+            found, held_until = await _take(ctx, caller, hands, skip=held)
             left = deadline - loop.time()
             if found or left <= 0:
                 return found
@@ -73,27 +78,30 @@ async def take_pending(uow: UnitOfWork, caller: DeviceCaller, now: datetime) -> 
 
 
 async def _take(
-    ctx: Context, caller: DeviceCaller, fresh_only: bool, skip: Collection[str] = frozenset()
+    ctx: Context, caller: DeviceCaller, hands: HandedCalls, skip: Collection[str] = frozenset()
 ) -> tuple[list[Invocation], datetime | None]:
-    """The pending calls to hand over now, and when the first one held back may be handed again."""
+    """The pending calls to hand over now, and when the first one held back may be handed again. Only a
+    device with a push target has them marked in the fetch's own transaction (its mark withholds the
+    push); for any other the fetch writes nothing and ``hands`` writes the marks in a later batch."""
     now = ctx.clock.now()
     again = timedelta(seconds=ctx.limits.redelivery_seconds)
     found: list[Invocation] = []
     held_until: datetime | None = None
-    async with ctx.store.unit_of_work(caller.principal.tenant_id) as uow:
-        for invocation in await uow.invocations.pending_for(caller.device.device_uid, MAX_FETCH):
+    tenant, uid = caller.principal.tenant_id, caller.device.device_uid
+    async with ctx.store.unit_of_work(tenant) as uow:
+        for invocation in await uow.invocations.pending_for(uid, MAX_FETCH):
             if invocation.due(now) or invocation.invocation_id in skip:
                 continue
-            handed = invocation.delivered_at
-            if fresh_only and handed is not None and handed + again > now:
+            handed = hands.handed_at(tenant, invocation.invocation_id, invocation.delivered_at)
+            if handed is not None and handed + again > now:
                 until = handed + again
                 held_until = until if held_until is None else min(held_until, until)
                 continue
             found.append(invocation)
-        if found:
-            await uow.invocations.mark_delivered(
-                caller.device.device_uid, [i.invocation_id for i in found], now
-            )
+        if found and caller.device.push is not None:
+            await uow.invocations.mark_delivered(uid, [i.invocation_id for i in found], now)
+    if found and caller.device.push is None:
+        hands.note(tenant, uid, [i.invocation_id for i in found], now)
     return found, held_until
 
 
