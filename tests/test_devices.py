@@ -313,6 +313,9 @@ async def test_with_the_device_flags_off_no_device_route_or_tool_exists(api: htt
         ("POST", "/v1/pair"),
         ("POST", "/v1/device/heartbeat"),
         ("PUT", "/v1/device/capabilities"),
+        ("GET", "/v1/device/invocations"),
+        ("POST", "/v1/device/invocations/inv_1/result"),
+        ("POST", "/v1/device/ingest"),
     ]:
         r = await api.request(method, path, json={}, headers=bearer(world.operator))
         assert r.status_code == 404, (method, path)
