@@ -20,7 +20,7 @@ from tapgate.adapters.clock import FrozenClock
 from tapgate.adapters.store.memory import MemoryStore
 from tapgate.api import errors
 from tapgate.api.auth import Caller, GatewayDep
-from tapgate.api.fast_routes import FastRoute, PlannedFirst
+from tapgate.api.fast_routes import FastRoute
 from tapgate.api.schemas import InvocationBody
 from tapgate.bootstrap import build_app, build_gateway
 from tapgate.config import Settings
@@ -51,8 +51,6 @@ async def read(
 
 
 def _app(gateway: Gateway, route_class: type[APIRoute]) -> FastAPI:
-    """The two routes as FastAPI serves them, or planned (and served ahead of FastAPI's layers, as
-    tapgate's app serves its planned routes)."""
     router = APIRouter(prefix="/v1/things", route_class=route_class)
     router.post("/{thing}", response_model=Echo, status_code=201)(echo)
     router.get("/{thing}", response_model=Echo)(read)
@@ -60,8 +58,6 @@ def _app(gateway: Gateway, route_class: type[APIRoute]) -> FastAPI:
     app.state.gateway = gateway
     errors.install(app)
     app.include_router(router)
-    if route_class is FastRoute:
-        app.add_middleware(PlannedFirst, routers=[router])
     return app
 
 
@@ -223,51 +219,3 @@ def test_tapgates_hot_routes_are_planned_and_the_others_served_by_fastapi(tmp_pa
         ("POST", "/v1/device/heartbeat"),
         ("PUT", "/v1/device/capabilities"),
     }
-
-
-async def test_a_path_the_planned_routes_take_first_is_theirs_in_fastapis_routing_too() -> None:
-    """PlannedFirst serves a planned route's requests ahead of FastAPI's router: for every one, the
-    router itself picks the same route (no route before it takes the path)."""
-    app = build_app(Settings(database_url="sqlite://", device_channel_enabled=True, device_sms_enabled=True))
-    lane = app.build_middleware_stack()
-    while not isinstance(lane, PlannedFirst):
-        lane = lane.app  # type: ignore[attr-defined]
-    assert {(m, r.path) for r in lane.routes for m in r.methods} == {
-        ("POST", "/v1/invocations"),
-        ("GET", "/v1/invocations/{invocation_id}"),
-        ("GET", "/v1/device/invocations"),
-        ("POST", "/v1/device/invocations/{invocation_id}/result"),
-        ("POST", "/v1/device/ingest"),
-        ("POST", "/v1/device/heartbeat"),
-        ("PUT", "/v1/device/capabilities"),
-    }
-    below = lane.app  # FastAPI's own layers and router, as the lane passes requests on
-    for route in lane.routes:
-        [method] = route.methods
-        path = route.path.replace("{invocation_id}", "inv_1")
-        scope: dict[str, Any] = {
-            "type": "http",
-            "asgi": {"version": "3.0"},
-            "http_version": "1.1",
-            "method": method,
-            "scheme": "http",
-            "path": path,
-            "raw_path": path.encode(),
-            "query_string": b"",
-            "root_path": "",
-            "headers": [(b"host", b"t")],
-            "client": ("127.0.0.1", 1),
-            "server": ("t", 80),
-            "app": app,
-        }
-        sent: list[Any] = []
-
-        async def receive() -> dict[str, Any]:
-            return {"type": "http.request", "body": b"", "more_body": False}
-
-        async def send(message: Any, sent: list[Any] = sent) -> None:
-            sent.append(message)
-
-        await below(scope, receive, send)
-        assert sent[0]["status"] == 401  # no token: FastAPI's handler answered, on the route it chose
-        assert scope["route"] is route, (method, path, scope["route"])

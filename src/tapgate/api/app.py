@@ -17,7 +17,6 @@ from tapgate.api import errors, reference
 from tapgate.api.console import headers as console_headers
 from tapgate.api.console import routes as console
 from tapgate.api.db_metrics import register_db_metrics
-from tapgate.api.fast_routes import PlannedFirst
 from tapgate.api.json_keys import NoRepeatedKeys
 from tapgate.api.lapse import EndOnLapse
 from tapgate.api.mcp import McpEndpoint
@@ -152,8 +151,6 @@ def create_app(
         app.mount("/console/static", console_headers.static_files(), name="console-static")
     if gateway.push_stats is not None:
         register_push_metrics(app.state.metrics, gateway.push_stats)
-    planned_first = [invocations.router, device.router] if gateway.device_channel else [invocations.router]
-    app.add_middleware(PlannedFirst, routers=planned_first)
     app.add_middleware(NoRepeatedKeys)
     app.add_middleware(EndOnLapse, gateway=gateway)
     app.add_middleware(StreamLimit, slots=app.state.stream_slots)

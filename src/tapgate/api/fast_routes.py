@@ -18,17 +18,15 @@ from __future__ import annotations
 
 import json
 import typing
-from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
 import fastapi.routing
-from fastapi import APIRouter, Request, Response
+from fastapi import Request, Response
 from fastapi.dependencies.utils import request_params_to_args
 from fastapi.routing import APIRoute
 from pydantic import BaseModel, ValidationError
-from starlette.routing import Match
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from tapgate.api.auth import GATEWAY_DEPENDENCY, ByToken, bearer_token, gateway
 from tapgate.gateway import Gateway
@@ -153,15 +151,12 @@ class FastRoute(APIRoute):
     """An ``APIRoute`` served by a plan when its parameters allow one (``planned``), else as FastAPI
     serves any route. Its OpenAPI description is FastAPI's, from the same signature."""
 
-    plan: _Plan | None = None
-
-    @property
-    def planned(self) -> bool:
-        return self.plan is not None
+    planned: bool = False
 
     def get_route_handler(self) -> Handler:
         standard = super().get_route_handler()
-        plan = self.plan = _plan(self)
+        plan = _plan(self)
+        self.planned = plan is not None
         if plan is None:
             return standard
 
@@ -172,89 +167,3 @@ class FastRoute(APIRoute):
             return plan.respond(await plan.endpoint(**values))
 
         return handle
-
-
-class PlannedFirst:
-    """ASGI middleware, inside tapgate's own and ahead of FastAPI's (its exception middleware, exit
-    stacks and router): a plain request to a planned route of ``routers`` is served from the route's plan
-    at once; every other request, and one the plan does not take, passes on to FastAPI unchanged (its
-    body replayed). An error is answered by the application's own handler for it, as FastAPI's exception
-    middleware would; one with no handler of its own goes on up, to the server-error handler, as it would.
-
-    ``routers`` are included first and without dependencies of their own, so a path one of their planned
-    routes matches is that route's (``tests/test_fast_routes.py`` checks FastAPI's router agrees). About
-    a tenth of a call's CPU in process: the twelve layers a request passes through between tapgate's
-    middleware and its route (docs/performance.md, eighth step)."""
-
-    def __init__(self, app: ASGIApp, routers: Sequence[APIRouter]) -> None:
-        self.app = app
-        self.routes = [
-            r for router in routers for r in router.routes if isinstance(r, FastRoute) and r.planned
-        ]
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
-            for route in self.routes:
-                match, child = route.matches(scope)
-                if match is Match.FULL:
-                    scope.update(child)  # the route, read by the metrics outside, and the path's values
-                    await self._serve(route, scope, receive, send)
-                    return
-        await self.app(scope, receive, send)
-
-    async def _serve(self, route: FastRoute, scope: Scope, receive: Receive, send: Send) -> None:
-        plan = route.plan
-        assert plan is not None
-        body = await _body(receive) if plan.body is not None else None
-        request = Request(scope, _replaying(body, receive) if body is not None else receive)
-        try:
-            values = await plan.values(request)
-            if values is None:  # not the plain shape: FastAPI answers it, as it would have
-                await self.app(scope, _replaying(body, receive) if body is not None else receive, send)
-                return
-            response = plan.respond(await plan.endpoint(**values))
-        except Exception as error:
-            handler = _handler(scope, error)
-            if handler is None:
-                raise
-            response = await handler(request, error)
-        await response(scope, receive, send)
-
-
-async def _body(receive: Receive) -> bytes:
-    chunks = []
-    while True:
-        message = await receive()
-        if message["type"] != "http.request":
-            break
-        chunks.append(message.get("body", b""))
-        if not message.get("more_body", False):
-            break
-    return b"".join(chunks)
-
-
-def _replaying(body: bytes, receive: Receive) -> Receive:
-    """``receive`` with ``body`` given first, whole."""
-    given = False
-
-    async def replay() -> Message:
-        nonlocal given
-        if given:
-            return await receive()
-        given = True
-        return {"type": "http.request", "body": body, "more_body": False}
-
-    return replay
-
-
-def _handler(scope: Scope, error: Exception) -> Callable[[Request, Exception], Awaitable[Response]] | None:
-    """The application's handler for ``error``, as FastAPI's exception middleware finds it (by class,
-    the nearest first); None for one only the catch-all handles (the server-error layer calls that)."""
-    handlers = scope["app"].exception_handlers
-    for kind in type(error).__mro__:
-        if kind is Exception:
-            return None
-        if kind in handlers:
-            handler: Callable[[Request, Exception], Awaitable[Response]] = handlers[kind]
-            return handler
-    return None
