@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import re
+import unicodedata
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tapgate.domain.errors import Forbidden, InvalidInput, Unauthenticated
 from tapgate.domain.ids import check_slug
 from tapgate.domain.principals import Principal, Scope, TokenKind
-from tapgate.domain.text import check_display_text, unsafe_character
+from tapgate.domain.text import HIDDEN_CATEGORIES, INVISIBLE, check_display_text, unsafe_character
 from tapgate.domain.tokens import check_secret, hash_secret, issue_token, parse_token
 
 
@@ -74,6 +75,28 @@ def test_text_a_person_reads_refuses_hidden_and_control_characters(text: str, fo
     assert unsafe_character(text) == found
     with pytest.raises(InvalidInput, match=re.escape(found)):
         check_display_text(text, "name", 100)
+
+
+def _first_unsafe(text: str, allow_newlines: bool) -> str | None:
+    """The rule, character by character (what the printable shortcut must agree with)."""
+    for ch in text:
+        if allow_newlines and ch in "\n\t":
+            continue
+        if unicodedata.category(ch) in HIDDEN_CATEGORIES or ch in INVISIBLE:
+            return f"U+{ord(ch):04X}"
+    return None
+
+
+@settings(max_examples=400)
+@given(
+    text=st.text(st.characters(codec=None), max_size=40)
+    | st.lists(
+        st.sampled_from(["a", " ", "\n", "\t", "\u00a0", "\u2800", "\u3164", "\u200b", "é"]), max_size=8
+    ).map("".join),
+    allow_newlines=st.booleans(),
+)
+def test_the_printable_shortcut_finds_what_the_rule_finds(text: str, allow_newlines: bool) -> None:
+    assert unsafe_character(text, allow_newlines) == _first_unsafe(text, allow_newlines)
 
 
 def test_newlines_and_tabs_pass_where_allowed() -> None:

@@ -9,16 +9,20 @@ from tapgate.domain.errors import InvalidInput
 # Categories that never belong in text shown to a person or a model: control, line and paragraph
 # separators, format (bidirectional
 # overrides, zero-width joiners, the tag block), unassigned, private use and surrogates.
-_BAD_CATEGORIES = frozenset({"Cc", "Cf", "Cn", "Co", "Cs", "Zl", "Zp"})
-_INVISIBLE = frozenset({"\u115f", "\u1160", "\u3164", "\uffa0", "\u2800"})
+HIDDEN_CATEGORIES = frozenset({"Cc", "Cf", "Cn", "Co", "Cs", "Zl", "Zp"})
+INVISIBLE = frozenset({"\u115f", "\u1160", "\u3164", "\uffa0", "\u2800"})
 
 
 def unsafe_character(text: str, allow_newlines: bool = False) -> str | None:
     """The first character of ``text`` that must not be shown, as ``U+XXXX``, or None."""
+    # Most text is printable throughout, which rules out every category above at C speed (a printable
+    # string has no Cc, Cf, Cn, Co, Cs, Zl or Zp character); only the invisible ones are left to look for.
+    if text.isprintable() and not any(ch in text for ch in INVISIBLE):
+        return None
     for ch in text:
         if allow_newlines and ch in "\n\t":
             continue
-        if unicodedata.category(ch) in _BAD_CATEGORIES or ch in _INVISIBLE:
+        if unicodedata.category(ch) in HIDDEN_CATEGORIES or ch in INVISIBLE:
             return f"U+{ord(ch):04X}"
     return None
 
@@ -43,7 +47,7 @@ def reveal_hidden(text: str) -> tuple[str, bool]:
         return text, False
     shown = []
     for ch in text:
-        if ch not in "\n\t" and (unicodedata.category(ch) in _BAD_CATEGORIES or ch in _INVISIBLE):
+        if ch not in "\n\t" and (unicodedata.category(ch) in HIDDEN_CATEGORIES or ch in INVISIBLE):
             shown.append(f"⟨U+{ord(ch):04X}⟩")
         else:
             shown.append(ch)
