@@ -181,14 +181,20 @@ def _quiet_drivers() -> None:
 
 
 def open_sql_store(
-    database_url: str, pool_size: int = 10, wake: LocalWake | None = None, database_notify: bool = True
+    database_url: str, pool_size: int = 20, wake: LocalWake | None = None, database_notify: bool = True
 ) -> SqlStore:
-    """A store for ``database_url`` with tapgate's connection settings."""
+    """A store for ``database_url`` with tapgate's connection settings.
+
+    On PostgreSQL at most ``pool_size`` connections, opened as they are first needed and then kept: no
+    overflow beyond a smaller kept pool, whose extra connections the pool would close as each came back
+    and open again at the next peak. That churn cost a new server process per connection: about fifty a
+    second with three gateways under load, which then served 0.52–0.59 of one gateway's calls a second
+    against 0.83 without it (docs/performance.md, eighth step)."""
     _quiet_drivers()
     url = engine_url(database_url)
     if url.get_backend_name() == "sqlite":
         return SqlStore(None, wake, SqliteDatabase(url))
-    engine = create_async_engine(url, pool_size=pool_size, max_overflow=pool_size)
+    engine = create_async_engine(url, pool_size=pool_size, max_overflow=0)
     count(engine.sync_engine)
     return SqlStore(engine, wake, database_notify=database_notify)
 
