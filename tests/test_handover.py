@@ -23,6 +23,17 @@ async def _lamp_and_agent(client: httpx.AsyncClient) -> tuple[World, str, str]:
     return world, agent, lamp
 
 
+def _waiting_call(client: httpx.AsyncClient, agent: str) -> asyncio.Task[httpx.Response]:
+    """The agent's call, waiting up to 20 s for its answer, under way."""
+    return asyncio.create_task(
+        client.post(
+            "/v1/invocations",
+            json={"tool": TOOL, "arguments": {"on": True}, "wait": 20},
+            headers=bearer(agent),
+        )
+    )
+
+
 async def _fetch_one(client: httpx.AsyncClient, lamp: str) -> str:
     r = await client.get("/v1/device/invocations", params={"wait": 10}, headers=bearer(lamp))
     [call] = r.json()["invocations"]
@@ -43,13 +54,7 @@ async def test_a_waiting_call_is_answered_by_the_answers_own_transaction(
 ) -> None:
     _, agent, lamp = await _lamp_and_agent(device_api)
     for turn in range(3):  # the first fills the caches (the tokens, the device)
-        waiting = asyncio.create_task(
-            device_api.post(
-                "/v1/invocations",
-                json={"tool": TOOL, "arguments": {"on": True}, "wait": 20},
-                headers=bearer(agent),
-            )
-        )
+        waiting = _waiting_call(device_api, agent)
         invocation_id = await _fetch_one(device_api, lamp)
         before = COUNTS.transactions
         await _answer(device_api, lamp, invocation_id)
@@ -62,13 +67,7 @@ async def test_a_waiting_call_is_answered_by_the_answers_own_transaction(
 async def test_the_handed_view_is_the_view_a_read_gives(device_api: httpx.AsyncClient) -> None:
     _, agent, lamp = await _lamp_and_agent(device_api)
     # The agent's call, and a second request of the same agent waiting on the same call by its id.
-    waiting = asyncio.create_task(
-        device_api.post(
-            "/v1/invocations",
-            json={"tool": TOOL, "arguments": {"on": True}, "wait": 20},
-            headers=bearer(agent),
-        )
-    )
+    waiting = _waiting_call(device_api, agent)
     invocation_id = await _fetch_one(device_api, lamp)
     reading = asyncio.create_task(
         device_api.get(f"/v1/invocations/{invocation_id}", params={"wait": 20}, headers=bearer(agent))
@@ -91,13 +90,7 @@ async def test_the_handed_view_is_the_view_a_read_gives(device_api: httpx.AsyncC
 async def test_another_agent_waiting_on_the_call_is_handed_nothing(device_api: httpx.AsyncClient) -> None:
     world, agent, lamp = await _lamp_and_agent(device_api)
     other = await world.agent("ana", "planner")
-    waiting = asyncio.create_task(
-        device_api.post(
-            "/v1/invocations",
-            json={"tool": TOOL, "arguments": {"on": True}, "wait": 20},
-            headers=bearer(agent),
-        )
-    )
+    waiting = _waiting_call(device_api, agent)
     invocation_id = await _fetch_one(device_api, lamp)
     r = await device_api.get(f"/v1/invocations/{invocation_id}", params={"wait": 20}, headers=bearer(other))
     assert r.status_code == 404, r.text  # told at once, before any wait, as before
@@ -113,13 +106,7 @@ async def test_an_answer_already_handed_over_is_not_shown_to_another_agent(
     other = await world.agent("ana", "planner")
     gateway = device_api.app.state.gateway  # type: ignore[attr-defined]
     [tenant] = await gateway.store.tenant_ids()
-    waiting = asyncio.create_task(
-        device_api.post(
-            "/v1/invocations",
-            json={"tool": TOOL, "arguments": {"on": True}, "wait": 20},
-            headers=bearer(agent),
-        )
-    )
+    waiting = _waiting_call(device_api, agent)
     invocation_id = await _fetch_one(device_api, lamp)
     key = invocation_key(tenant, "ana", invocation_id)
     with gateway.ctx.handover.waiting(key) as slot:
