@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -10,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from tapgate.bench.profile import summarize
-from tapgate.bench.rows import BY_NAME, SPECS, select
+from tapgate.bench.rows import BY_NAME, SPECS, Row, select
+from tapgate.bench.runner import targets
 
 
 def test_the_smoke_run_measures_every_sqlite_row_and_skips_postgres_saying_why(tmp_path: Path) -> None:
@@ -71,6 +73,40 @@ def test_only_names_a_row_with_the_rows_it_is_a_ratio_to() -> None:
     }
     with pytest.raises(ValueError, match="the rows are"):
         select(["no-such-row"])
+
+
+def _throughput(name: str, rate: float, server_cores: float) -> Row:
+    row = Row(BY_NAME[name], value=rate, cpu={"server": server_cores})
+    row.detail["server_cpu_ms_per_invocation"] = round(server_cores * 1000 / rate, 3)
+    return row
+
+
+def test_two_workers_are_judged_on_their_cpu_per_invocation_and_on_throughput_only_with_the_cores() -> None:
+    one = _throughput("throughput-postgres-1", 100.0, 0.9)  # 9 ms of server CPU a call
+    for cores, per_call, mark in ((1.7, 9.444, "met"), (1.9, 10.556, "short")):
+        two = _throughput("throughput-postgres-2", 180.0, cores)
+        two.judge(one)
+        judged = [t for t in targets([one, two]) if t["target"].startswith("server CPU per invocation")]
+        assert judged == [
+            {
+                "target": "server CPU per invocation, 2 workers ≤ 1.1× 1 worker",
+                "row": "throughput-postgres-2",
+                "value": per_call,
+                "ratio": round(per_call / 9.0, 3),
+                "mark": mark,
+            }
+        ]
+        # 1.8× one worker: met where the box has the four cores DESIGN §16 means, not judged on fewer
+        if (os.cpu_count() or 1) >= 4:
+            assert two.mark == "pass" and not two.caveats
+        else:
+            assert two.mark == "info"
+            assert two.caveats == [
+                f"not judged: its target needs 4 cores and this machine has {os.cpu_count()}"
+            ]
+            assert all(
+                t["row"] != "throughput-postgres-2" or "CPU" in t["target"] for t in targets([one, two])
+            )
 
 
 def test_an_unknown_row_is_a_usage_error() -> None:

@@ -1,4 +1,4 @@
-"""The rows of the bench's table: what each measures, what it is compared with, and DESIGN §11's target.
+"""The rows of the bench's table: what each measures, what it is compared with, and DESIGN §16's target.
 
 Every row is an absolute figure and, where §11 sets one, a ratio to a reference measured in the same run
 (the floor, another row, or the raw signature-verify rate) with a pass or short mark. Targets are
@@ -8,6 +8,7 @@ reported, never asserted in tests: the machine is shared and noisy.
 from __future__ import annotations
 
 import fnmatch
+import os
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -23,6 +24,7 @@ class Target:
     kind: Literal["ratio_max", "ratio_min", "max", "min"]
     limit: float
     text: str
+    cores: int = 0  # judged only on a machine with at least this many cores (0: on any)
 
     def met(self, value: float, ratio: float | None) -> bool:
         if self.kind == "max":
@@ -141,7 +143,9 @@ SPECS: list[Spec] = [
         "Throughput, PostgreSQL, 2 workers",
         "inv/s",
         "throughput-postgres-1",
-        Target("ratio_min", 1.6, "≥ 1.6× 1 worker"),
+        # DESIGN §16: "where the box has the cores": two busy workers, PostgreSQL and the load need four;
+        # on fewer the CPU per invocation is judged instead (runner.targets)
+        Target("ratio_min", 1.6, "≥ 1.6× 1 worker", cores=4),
         True,
     ),
     Spec("idle-ws", "Idle devices on WebSockets, RSS", "MiB", None, Target("max", 350, "< 350 MiB")),
@@ -256,6 +260,11 @@ class Row:
         target = self.spec.target
         if target is None:
             self.mark = "info"
+        elif target.cores > (os.cpu_count() or 1):
+            self.mark = "info"
+            self.caveats.append(
+                f"not judged: its target needs {target.cores} cores and this machine has {os.cpu_count()}"
+            )
         elif target.kind.startswith("ratio") and judged is None:
             self.mark = "skipped"
             missing = self.spec.durable or self.spec.reference

@@ -80,6 +80,7 @@ class Results:
 
 MAX_WRITING_PER_CALL = 2.0
 MAX_IDLE_TRANSACTIONS_PER_SECOND = 5.0
+MAX_CPU_TWO_WORKERS = 1.1  # DESIGN §16: server CPU per invocation with two workers within 10% of one
 
 
 def targets(rows: list[Row]) -> list[dict[str, Any]]:
@@ -99,6 +100,7 @@ def targets(rows: list[Row]) -> list[dict[str, Any]]:
                 "mark": "met" if row.mark == "pass" else "short",
             }
         )
+    out += _two_workers(rows)
     for row in rows:
         counted = row.detail.get("db_per_round_trip")
         # judged on the round trips (one call at a time: exact); a throughput row's counts also spread
@@ -127,6 +129,28 @@ def targets(rows: list[Row]) -> list[dict[str, Any]]:
                 }
             )
     return out
+
+
+def _two_workers(rows: list[Row]) -> list[dict[str, Any]]:
+    """No serialization point: the servers' CPU per invocation with two workers against one."""
+    by_name = {row.spec.name: row for row in rows}
+    one, two = by_name.get("throughput-postgres-1"), by_name.get("throughput-postgres-2")
+    if one is None or two is None:
+        return []
+    per_one = one.detail.get("server_cpu_ms_per_invocation")
+    per_two = two.detail.get("server_cpu_ms_per_invocation")
+    if not per_one or not per_two:
+        return []
+    ratio = round(per_two / per_one, 3)
+    return [
+        {
+            "target": "server CPU per invocation, 2 workers ≤ 1.1× 1 worker",
+            "row": two.spec.name,
+            "value": per_two,
+            "ratio": ratio,
+            "mark": "met" if ratio <= MAX_CPU_TWO_WORKERS else "short",
+        }
+    ]
 
 
 def raise_file_limit() -> int:

@@ -22,7 +22,7 @@ import psutil
 from tapgate.bench import seed
 from tapgate.bench.meter import Meter
 from tapgate.bench.rows import BY_NAME, Row
-from tapgate.bench.scenarios import _latency_detail, _window
+from tapgate.bench.scenarios import _latency_detail, _window, db_counts, per_call
 from tapgate.bench.servers import Served, postgres_database, postgres_reachable, write_config
 
 if TYPE_CHECKING:
@@ -156,11 +156,13 @@ async def _throughput(
         async with stage.load(jobs, name) as started:
             for client in started:
                 await client.expect("ready", 120)
+            counted = await _db_counts(gateways)
             wakes_before, nats_before, t0 = heard(), nats.snapshot(), time.monotonic()
             warmup, seconds = sizes.throughput_warmup, sizes.throughput_seconds
             start, end, cpu, _ = await _window(stage, name, started, warmup, seconds)
             wakes_after, nats_after, t1 = heard(), nats.snapshot(), time.monotonic()
             results = [await c.expect("result", 120) for c in started]
+            counted_after = await _db_counts(gateways)
     completed = sum(r["completed"] for r in results)
     errors: dict[str, int] = {}
     for r in results:
@@ -186,8 +188,24 @@ async def _throughput(
         "postgres_cpu_ms_per_invocation": round(cpu.get("postgres", 0.0) * 1000 / rate, 3),
         "wake_messages_per_second": round(span, 1),
         "wake_messages_per_invocation": round(span / rate, 2),
+        # every gateway's own counts, from ready to the end, over every call completed meanwhile
+        "db_per_round_trip": per_call(
+            counted, counted_after, sum(int(r.get("all_completed", r["completed"])) for r in results)
+        ),
     }
     if wake == "nats":
         nats_cores = Meter.cores(nats_before, nats_after).get("nats", 0.0)
         row.detail["nats_cpu_ms_per_invocation"] = round(nats_cores * 1000 / rate, 3)
     return row
+
+
+async def _db_counts(gateways: list[Served]) -> dict[str, float] | None:
+    """The database work of every gateway together, as each counts it on ``/metrics``."""
+    total: dict[str, float] = {}
+    for gateway in gateways:
+        counted = await db_counts(gateway)
+        if counted is None:
+            return None
+        for key, value in counted.items():
+            total[key] = total.get(key, 0.0) + value
+    return total

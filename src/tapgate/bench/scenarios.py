@@ -190,6 +190,8 @@ async def throughput(stage: Stage, name: str, served: Served, pairs: list[Pair],
     row = Row(BY_NAME[name], cpu=cpu, detail=detail)
     if completed:
         row.value = round(completed / (end - start), 1)
+        if "server" in cpu:
+            detail["server_cpu_ms_per_invocation"] = round(cpu["server"] * 1000 / row.value, 3)
     else:
         row.skipped = f"no invocation completed: {errors}"
     return row
