@@ -5,9 +5,11 @@ commits all of its rows or none."""
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime
 from typing import Any
 
+import asyncpg
 import pytest
 from sqlalchemy import text
 from sqlalchemy.exc import IntegrityError
@@ -15,10 +17,14 @@ from sqlalchemy.ext.asyncio import create_async_engine
 
 from tapgate.adapters.store import queries as q
 from tapgate.adapters.store import tables as t
+from tapgate.adapters.store.counting import COUNTS
 from tapgate.adapters.store.postgres_raw import PostgresConnection, begin_for_tenant
 from tapgate.adapters.store.raw import RawStatements
 from tapgate.adapters.store.sql import open_sql_store
 from tapgate.adapters.store.sql_base import insert_into, is_unique_violation
+from tapgate.adapters.wake.postgres import CHANNEL
+from tapgate.domain.audit import AuditRecord
+from tapgate.services.journal import verify_audit
 from tests.conftest import PostgresDatabase
 from tests.test_sqlite_raw import (
     NOTHING_TO_FIND,
@@ -117,4 +123,36 @@ async def test_a_unit_of_work_sets_its_tenant_exactly_whatever_the_tenant_id_hol
                 await conn.rollback()
             assert seen == tenant
     finally:
+        await store.close()
+
+
+async def test_a_unit_of_work_ends_on_postgresql_in_one_statement_with_its_journal_events_and_wakes(
+    postgres: PostgresDatabase,
+) -> None:
+    """What a holder of the chain's head numbered, the head's move and the wake notifications are one
+    statement at the end: the rows are all there, chained, and the notifications reach a listener."""
+    store = open_sql_store(postgres.app_url)
+    heard: asyncio.Queue[str] = asyncio.Queue()
+    listening = await asyncpg.connect(postgres.app_url, timeout=10)
+    await listening.add_listener(CHANNEL, lambda *args: heard.put_nowait(args[3]))
+    try:
+        tenant = await _with_device(store)
+        async with store.unit_of_work(tenant) as uow:
+            for n in range(3):
+                await uow.journal.append(AuditRecord(f"test.entry{n}", "test", data={"n": n}), _at(n))
+                await uow.events.append("ana", "test.event", {"n": n, "text": "ünïcode"}, _at(n))
+            uow.notify(f"{tenant}:one")
+            uow.notify(f"{tenant}:two")
+            statements = COUNTS.statements
+        assert COUNTS.statements - statements == 1  # the end: entries, events, head, notifications
+        got = {(await asyncio.wait_for(heard.get(), 10)).split(" ", 1)[1] for _ in range(2)}
+        assert got == {f"{tenant}:one", f"{tenant}:two"}
+        async with store.unit_of_work(tenant) as uow:
+            seen = [(e.type, e.data) for e in await uow.events.read("ana", 0, 100)]
+            entries = [(e.action, dict(e.data)) for e in await uow.journal.read(0, 100)][-3:]
+        assert seen[-3:] == [("test.event", {"n": n, "text": "ünïcode"}) for n in range(3)]
+        assert entries == [(f"test.entry{n}", {"n": n}) for n in range(3)]
+        assert await verify_audit(store, tenant) >= 3
+    finally:
+        await listening.close()
         await store.close()

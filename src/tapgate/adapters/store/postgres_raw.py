@@ -78,6 +78,16 @@ class PostgresConnection:
         self._info = sync.info
         self.dialect = conn.dialect
 
+    async def fetchval(self, sql: str, *values: Any, writes: bool) -> Any:
+        """One statement written for asyncpg itself (``$n`` places), prepared once per connection."""
+        if writes:
+            self._info[WROTE] = True
+        COUNTS.statements += 1
+        try:
+            return await self._driver.fetchval(sql, *values)
+        except Exception as e:
+            raise self._translated(sql, e) from e
+
     async def execute(self, statement: Executable, parameters: Any = None) -> Any:
         ran = await self._run(statement, parameters)
         return ran if ran is not None else await self._conn.execute(statement, parameters)

@@ -29,7 +29,7 @@ from tapgate.adapters.store.sql_base import Conn
 from tapgate.adapters.store.sql_calls import SqlApprovals, SqlIngests, SqlInvocations, SqlSessions
 from tapgate.adapters.store.sql_console import SqlConsoleSessions, SqlSignIns
 from tapgate.adapters.store.sql_devices import SqlDevices, SqlPairings, SqlPasskeys
-from tapgate.adapters.store.sql_journal import ChainHead, SqlEvents, SqlJournal
+from tapgate.adapters.store.sql_journal import ChainHead, Notify, SqlEvents, SqlJournal
 from tapgate.adapters.store.sql_outbox import SqlOutbox
 from tapgate.adapters.store.sqlite import SqliteDatabase
 from tapgate.adapters.store.urls import engine_url
@@ -89,16 +89,10 @@ class SqlStore:
                 assert self._raw is not None
                 uow = SqlUnitOfWork(PostgresConnection(conn, self._raw), tenant_id, concurrent=True)
                 yield uow
-                await uow.chain.before_commit()
-                if uow.keys and self.database_notify:
-                    # Delivered to every listening process exactly when this transaction commits; each
-                    # names this process, whose own listener skips it (its waiters were woken at commit).
-                    await conn.execute(
-                        text(
-                            "SELECT pg_notify(:channel, :origin || k) FROM unnest(CAST(:keys AS text[])) AS k"
-                        ),
-                        {"channel": CHANNEL, "origin": self.origin + " ", "keys": list(uow.keys)},
-                    )
+                # Delivered to every listening process exactly when this transaction commits; each
+                # names this process, whose own listener skips it (its waiters were woken at commit).
+                notify = Notify(CHANNEL, self.origin + " ", list(uow.keys)) if self.database_notify else None
+                await uow.chain.before_commit(notify)
         except DBAPIError as e:
             # The driver's message can quote row contents: log its class only.
             log.error("storage error", extra={"error": type(e.orig).__name__})

@@ -14,6 +14,10 @@ reader never sees a number filled in below one it has seen (a holder numbers pas
 a crash between a commit and a seal leaves pending rows that the next holder seals.
 
 SQLite has one writer at a time, so its writers always hold the head and nothing is ever pending.
+
+A holder's numbered entries and events are written when the unit of work ends (or before it reads the
+journal or the events again). On PostgreSQL they, the head's move and the transaction's wake
+notifications go in one statement, one network round trip where they were one each.
 """
 
 from __future__ import annotations
@@ -21,12 +25,13 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlalchemy import bindparam, delete, select, update
 
 from tapgate.adapters.store import queries as q
 from tapgate.adapters.store import tables as t
+from tapgate.adapters.store.postgres_raw import PostgresConnection
 from tapgate.adapters.store.sql_base import Conn, Repo, insert_into
 from tapgate.domain.audit import AuditEntry, AuditRecord, chain_entry, check_record
 from tapgate.domain.events import Event, EventValue
@@ -43,6 +48,32 @@ _TAKE_EVENTS = (
 )
 
 
+# Everything a PostgreSQL holder writes as its unit of work ends, in one round trip: its entries and events
+# (arrays, so that one prepared statement serves any number), the head's move, and the wake notifications.
+_END_ON_POSTGRES = """
+WITH audit AS (
+  INSERT INTO audit_entries
+    (tenant_id, seq, at, action, actor, outcome, subject, reason, data, prev_hash, hash)
+  SELECT $1::text, * FROM unnest($2::bigint[], $3::timestamptz[], $4::text[], $5::text[], $6::text[],
+                                 $7::text[], $8::text[], $9::text[], $10::text[], $11::text[])
+), events AS (
+  INSERT INTO events (tenant_id, seq, user_id, type, data, created_at)
+  SELECT $1::text, * FROM unnest($12::bigint[], $13::text[], $14::text[], $15::text[], $16::timestamptz[])
+), head AS (
+  UPDATE audit_heads SET seq = $17, hash = $18, event_seq = $19 WHERE tenant_id = $1::text AND $20
+)
+SELECT count(pg_notify($21, $22 || k)) FROM unnest($23::text[]) AS k
+"""
+
+
+class Notify(NamedTuple):
+    """The wake notifications a PostgreSQL transaction sends as it commits (``wake/postgres.py``)."""
+
+    channel: str
+    origin: str
+    keys: list[str]
+
+
 class ChainHead:
     """One unit of work's hold on its tenant's chain head, shared by its journal and its events."""
 
@@ -54,6 +85,8 @@ class ChainHead:
         self._tried = False
         self._moved = False
         self.left_pending = False  # wrote something another holder must seal
+        self._entries: list[AuditEntry] = []  # numbered, not yet written
+        self._events: list[tuple[int, str, str, str, datetime]] = []  # (seq, user, type, data, at)
 
     async def take(self) -> bool:
         """Hold the head if nobody else does; never waits. False: write to the pending tables."""
@@ -65,14 +98,15 @@ class ChainHead:
         return self._held is not None
 
     async def sealed(self) -> None:
-        """Before a read: seal what is pending, waiting for the head if it must (PostgreSQL)."""
-        if not self.concurrent or self._held is not None:
-            return
-        row = (await self.conn.execute(q.CHAIN_HEAD, {"tenant": self.tenant_id})).first()
-        if row is not None and row.pending:
-            self._tried = True
-            held = (await self.conn.execute(q.CHAIN_HEAD_WAIT, {"tenant": self.tenant_id})).first()
-            await self._hold(held)
+        """Before a read: seal what is pending, waiting for the head if it must (PostgreSQL), and write
+        what this unit of work numbered."""
+        if self.concurrent and self._held is None:
+            row = (await self.conn.execute(q.CHAIN_HEAD, {"tenant": self.tenant_id})).first()
+            if row is not None and row.pending:
+                self._tried = True
+                held = (await self.conn.execute(q.CHAIN_HEAD_WAIT, {"tenant": self.tenant_id})).first()
+                await self._hold(held)
+        await self._write_numbered()
 
     def head(self) -> tuple[int, str] | None:
         return None if self._held is None else (int(self._held[0]), str(self._held[1]))
@@ -95,22 +129,7 @@ class ChainHead:
     async def chain(self, record: AuditRecord, at: datetime) -> AuditEntry:
         assert self._held is not None
         entry = chain_entry(self.tenant_id, self._held[0] + 1, at, record, self._held[1])
-        await self.conn.execute(
-            insert_into(t.audit_entries),
-            {
-                "tenant_id": entry.tenant_id,
-                "seq": entry.seq,
-                "at": entry.at,
-                "action": entry.action,
-                "actor": entry.actor,
-                "outcome": entry.outcome,
-                "subject": entry.subject,
-                "reason": entry.reason,
-                "data": json.dumps(dict(entry.data), sort_keys=True),
-                "prev_hash": entry.prev_hash,
-                "hash": entry.hash,
-            },
-        )
+        self._entries.append(entry)
         self._held[0], self._held[1] = entry.seq, entry.hash
         self._moved = True
         return entry
@@ -118,21 +137,38 @@ class ChainHead:
     async def number(self, user_id: str, type: str, data: str, at: datetime) -> None:
         assert self._held is not None
         self._held[2] += 1
-        await self.conn.execute(
-            insert_into(t.events),
-            {
-                "tenant_id": self.tenant_id,
-                "seq": self._held[2],
-                "user_id": user_id,
-                "type": type,
-                "data": data,
-                "created_at": at,
-            },
-        )
+        self._events.append((self._held[2], user_id, type, data, at))
         self._moved = True
 
-    async def before_commit(self) -> None:
-        """Write the head once, where this unit of work left it."""
+    async def before_commit(self, notify: Notify | None = None) -> None:
+        """Write what this unit of work numbered and the head once, where it left it; on PostgreSQL with
+        ``notify``'s wake notifications, all in one statement."""
+        if isinstance(self.conn, PostgresConnection):
+            await self._end_on_postgres(self.conn, notify)
+            return
+        assert notify is None, "only PostgreSQL sends wake notifications"
+        await self._write_numbered()
+        await self._move_head()
+
+    async def _write_numbered(self) -> None:
+        entries, self._entries = self._entries, []
+        for entry in entries:
+            await self.conn.execute(insert_into(t.audit_entries), _entry_row(entry))
+        events, self._events = self._events, []
+        for seq, user_id, type, data, at in events:
+            await self.conn.execute(
+                insert_into(t.events),
+                {
+                    "tenant_id": self.tenant_id,
+                    "seq": seq,
+                    "user_id": user_id,
+                    "type": type,
+                    "data": data,
+                    "created_at": at,
+                },
+            )
+
+    async def _move_head(self) -> None:
         if self._moved and self._held is not None:
             seq, hash, event_seq = self._held
             await self.conn.execute(
@@ -140,6 +176,58 @@ class ChainHead:
                 {"tenant": self.tenant_id, "seq": seq, "hash": hash, "event_seq": event_seq},
             )
             self._moved = False
+
+    async def _end_on_postgres(self, conn: PostgresConnection, notify: Notify | None) -> None:
+        moved = self._moved and self._held is not None
+        if not (self._entries or self._events or moved or (notify and notify.keys)):
+            return
+        entries, self._entries = self._entries, []
+        events, self._events = self._events, []
+        seq, hash, event_seq = self._held if moved and self._held is not None else (0, "", 0)
+        await conn.fetchval(
+            _END_ON_POSTGRES,
+            self.tenant_id,
+            [e.seq for e in entries],
+            [e.at for e in entries],
+            [e.action for e in entries],
+            [e.actor for e in entries],
+            [e.outcome for e in entries],
+            [e.subject for e in entries],
+            [e.reason for e in entries],
+            [json.dumps(dict(e.data), sort_keys=True) for e in entries],
+            [e.prev_hash for e in entries],
+            [e.hash for e in entries],
+            [e[0] for e in events],
+            [e[1] for e in events],
+            [e[2] for e in events],
+            [e[3] for e in events],
+            [e[4] for e in events],
+            seq,
+            hash,
+            event_seq,
+            moved,
+            notify.channel if notify else "",
+            notify.origin if notify else "",
+            notify.keys if notify else [],
+            writes=bool(entries or events or moved),
+        )
+        self._moved = False
+
+
+def _entry_row(entry: AuditEntry) -> dict[str, Any]:
+    return {
+        "tenant_id": entry.tenant_id,
+        "seq": entry.seq,
+        "at": entry.at,
+        "action": entry.action,
+        "actor": entry.actor,
+        "outcome": entry.outcome,
+        "subject": entry.subject,
+        "reason": entry.reason,
+        "data": json.dumps(dict(entry.data), sort_keys=True),
+        "prev_hash": entry.prev_hash,
+        "hash": entry.hash,
+    }
 
 
 class ChainRepo(Repo):
