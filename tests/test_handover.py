@@ -9,6 +9,7 @@ import asyncio
 import httpx
 
 from tapgate.adapters.store.counting import COUNTS
+from tapgate.domain.frames import DeviceResult
 from tapgate.services.context import invocation_key
 from tests.world import LAMP, World, bearer, device_body
 
@@ -121,3 +122,31 @@ async def test_an_answer_already_handed_over_is_not_shown_to_another_agent(
         )
         assert r.json()["status"] == "done"
     assert (await asyncio.wait_for(waiting, timeout=20)).json()["status"] == "done"
+
+
+async def test_an_answer_over_a_live_link_says_the_device_is_online_without_reading_it(
+    device_api: httpx.AsyncClient,
+) -> None:
+    """A device answering on its live link is online: the answer's transaction, the call's last, reads
+    no presence, and the handed view says ``device_online`` as a read would."""
+    _, agent, lamp = await _lamp_and_agent(device_api)
+    gateway = device_api.app.state.gateway  # type: ignore[attr-defined]
+    caller = await gateway.authenticate_device(lamp, present=False)
+    frames = gateway.device_link(caller, lamp)
+    try:
+        for turn in range(3):  # the first fills the caches
+            waiting = _waiting_call(device_api, agent)
+            frame = await asyncio.wait_for(anext(frames), timeout=20)
+            assert frame["type"] == "device:invoke"
+            before = COUNTS.statements
+            ack = await gateway.link_result(caller, DeviceResult(frame["callId"], "done", "on"))
+            spent = COUNTS.statements - before
+            assert ack["status"] == "accepted", ack
+            view = (await asyncio.wait_for(waiting, timeout=20)).json()
+            read = (await device_api.get(f"/v1/invocations/{frame['callId']}", headers=bearer(agent))).json()
+            assert view == read and view["device_online"] is True
+            if turn:
+                # the invocation read and its update, the chain's head, the entry, the event, its move
+                assert spent == 6, spent
+    finally:
+        await frames.aclose()

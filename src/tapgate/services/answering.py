@@ -106,10 +106,16 @@ async def _take(
 
 
 async def answer(
-    ctx: Context, caller: DeviceCaller, invocation_id: str, status_word: str, message: str | None
+    ctx: Context,
+    caller: DeviceCaller,
+    invocation_id: str,
+    status_word: str,
+    message: str | None,
+    linked: bool = False,
 ) -> Answered:
     """The device's one answer. Raises NotFound (not this device's), AlreadyAnswered (409), Gone (410:
-    it expired; the answer is kept as a late report), InvalidInput (a bad status)."""
+    it expired; the answer is kept as a late report), InvalidInput (a bad status). ``linked``: it came
+    over the device's live link, so the device is online (``device_online``) without reading it."""
     status = device_status(status_word)
     now = ctx.clock.now()
     late = False
@@ -140,7 +146,8 @@ async def answer(
             await announce(uow, answered, "invocation.answered", caller.principal.actor, now)
             key = invocation_key(answered.tenant_id, answered.user_id, invocation_id)
             if ctx.handover.wanted(key):  # a call in this process waits: it takes the answer from here
-                handed = key, answered, await device_online(uow, answered, now)
+                online = True if linked else await device_online(uow, answered, now)
+                handed = key, answered, online
     if handed is not None:
         ctx.handover.hand(*handed)
     faults.crash_point("answer.after_commit")

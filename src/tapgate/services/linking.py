@@ -176,7 +176,9 @@ async def acknowledge(
 
 async def _acknowledge(ctx: Context, caller: DeviceCaller, frame: DeviceResult) -> dict[str, Any]:
     try:
-        answered = await answering.answer(ctx, caller, frame.call_id, frame.status, frame.message)
+        answered = await answering.answer(
+            ctx, caller, frame.call_id, frame.status, frame.message, linked=True
+        )
     except AlreadyAnswered as e:
         return ack_frame(frame.call_id, Ack.DUPLICATE, e.message, first=e.first.status.value)
     except Gone as e:
