@@ -14,7 +14,16 @@ import pytest
 from tapgate.domain.accounts import Credential, Tenant, User
 from tapgate.domain.approvals import SignBlock
 from tapgate.domain.audit import GENESIS, AuditRecord
-from tapgate.domain.devices import BUILTINS, SMS_SEND, Declared, Device, DeviceStatus, Presence, PushTarget
+from tapgate.domain.devices import (
+    BUILTINS,
+    PHONE_ACTIONS,
+    SMS_SEND,
+    Declared,
+    Device,
+    DeviceStatus,
+    Presence,
+    PushTarget,
+)
 from tapgate.domain.errors import Conflict, DuplicateInvocation
 from tapgate.domain.inbox import Approval, ApprovalStatus
 from tapgate.domain.ingest import Receipt, Triage
@@ -127,7 +136,10 @@ async def test_revoking_a_device_revokes_every_token_of_that_device_and_no_other
 
 async def test_a_device_round_trips_with_its_capabilities_and_is_unique_per_user(store: Store) -> None:
     tenant = await _world(store, "ana", "bob")
-    declared = (Declared(BUILTINS[SMS_SEND], granted=True),)
+    declared = (  # in the order declared (not by name), each with its grant
+        Declared(BUILTINS[SMS_SEND], granted=True),
+        Declared(BUILTINS[PHONE_ACTIONS], granted=False),
+    )
     device = replace(_device(tenant, "a" * 16), capabilities=declared)
     async with store.unit_of_work(tenant) as uow:
         await uow.devices.add(device)

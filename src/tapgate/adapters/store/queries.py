@@ -31,14 +31,8 @@ _pause = t.agent_pauses.c
 CREDENTIAL = select(t.credentials).where(_cred.tenant_id == _tenant, _cred.credential_id == bindparam("id"))
 
 _DEVICES = select(t.devices).where(_dev.tenant_id == _tenant).order_by(_dev.created_at, _dev.device_uid)
-DEVICE_BY_UID = _DEVICES.where(_dev.device_uid == bindparam("uid"))
 DEVICE_PRESENCE = select(_dev.status, _dev.link_until, _dev.push_kind).where(
     _dev.tenant_id == _tenant, _dev.device_uid == bindparam("uid")
-)
-LIVE_DEVICE = _DEVICES.where(
-    _dev.user_id == bindparam("user"),
-    _dev.device_id == bindparam("device"),
-    _dev.status != DeviceStatus.REVOKED.value,
 )
 LIVE_DEVICES = _DEVICES.where(_dev.user_id == bindparam("user"), _dev.status != DeviceStatus.REVOKED.value)
 _CAPABILITIES = select(_cap.device_uid, _cap.definition, _cap.granted).order_by(
@@ -48,6 +42,23 @@ CAPABILITIES = _CAPABILITIES.where(
     _cap.tenant_id == _tenant, _cap.device_uid.in_(bindparam("uids", expanding=True))
 )
 CAPABILITIES_OF = _CAPABILITIES.where(_cap.tenant_id == _tenant, _cap.device_uid == bindparam("uid"))
+# One device with its capabilities in one statement: a row per capability (one with none if it has none).
+_WITH_CAPABILITIES = (
+    select(t.devices, _cap.definition, _cap.granted)
+    .select_from(
+        t.devices.outerjoin(
+            t.capabilities, (_cap.tenant_id == _dev.tenant_id) & (_cap.device_uid == _dev.device_uid)
+        )
+    )
+    .where(_dev.tenant_id == _tenant)
+    .order_by(_dev.created_at, _dev.device_uid, _cap.position)
+)
+DEVICE_BY_UID_WITH_CAPABILITIES = _WITH_CAPABILITIES.where(_dev.device_uid == bindparam("uid"))
+LIVE_DEVICE_WITH_CAPABILITIES = _WITH_CAPABILITIES.where(
+    _dev.user_id == bindparam("user"),
+    _dev.device_id == bindparam("device"),
+    _dev.status != DeviceStatus.REVOKED.value,
+)
 TOUCH_DEVICE = (
     update(t.devices)
     .where(_dev.tenant_id == _tenant, _dev.device_uid == bindparam("uid"))
@@ -196,11 +207,11 @@ def is_hot(statement: Any) -> bool:
 
 for _statement in (
     CREDENTIAL,
-    DEVICE_BY_UID,
     DEVICE_PRESENCE,
-    LIVE_DEVICE,
     LIVE_DEVICES,
     CAPABILITIES_OF,
+    DEVICE_BY_UID_WITH_CAPABILITIES,
+    LIVE_DEVICE_WITH_CAPABILITIES,
     TOUCH_DEVICE,
     LINK_DEVICE,
     INVOCATION,

@@ -33,6 +33,26 @@ def _stored_capability(definition: str) -> Capability:
     return parse_capability(json.loads(definition), "stored").capability
 
 
+def _device(r: Any, capabilities: tuple[Declared, ...]) -> Device:
+    return Device(
+        tenant_id=r.tenant_id,
+        user_id=r.user_id,
+        device_uid=r.device_uid,
+        device_id=r.device_id,
+        name=r.name,
+        kind=r.kind,
+        alg=r.alg,
+        public_key=r.public_key,
+        status=DeviceStatus(r.status),
+        created_at=r.created_at,
+        push=PushTarget(r.push_kind, r.push_token) if r.push_kind else None,
+        last_seen_at=r.last_seen_at,
+        revoked_at=r.revoked_at,
+        capabilities=capabilities,
+        link_until=r.link_until,
+    )
+
+
 class SqlDevices(Repo):
     async def add(self, device: Device) -> None:
         row = {
@@ -70,34 +90,26 @@ class SqlDevices(Repo):
             caps = await self.conn.execute(q.CAPABILITIES, {"tenant": self.tenant_id, "uids": list(declared)})
         for cap in caps:
             declared[cap.device_uid].append(Declared(_stored_capability(cap.definition), cap.granted))
-        return [
-            Device(
-                tenant_id=r.tenant_id,
-                user_id=r.user_id,
-                device_uid=r.device_uid,
-                device_id=r.device_id,
-                name=r.name,
-                kind=r.kind,
-                alg=r.alg,
-                public_key=r.public_key,
-                status=DeviceStatus(r.status),
-                created_at=r.created_at,
-                push=PushTarget(r.push_kind, r.push_token) if r.push_kind else None,
-                last_seen_at=r.last_seen_at,
-                revoked_at=r.revoked_at,
-                capabilities=tuple(declared[r.device_uid]),
-                link_until=r.link_until,
-            )
+        return [_device(r, tuple(declared[r.device_uid])) for r in rows]
+
+    async def _load_one(self, statement: Any, **values: Any) -> Device | None:
+        """The first device ``statement`` finds, with its capabilities (``*_WITH_CAPABILITIES``)."""
+        rows = (await self.conn.execute(statement, {"tenant": self.tenant_id, **values})).all()
+        if not rows:
+            return None
+        first = rows[0]
+        declared = tuple(
+            Declared(_stored_capability(r.definition), r.granted)
             for r in rows
-        ]
+            if r.device_uid == first.device_uid and r.definition is not None
+        )
+        return _device(first, declared)
 
     async def get(self, user_id: str, device_id: str) -> Device | None:
-        found = await self._load(q.LIVE_DEVICE, user=user_id, device=device_id)
-        return found[0] if found else None
+        return await self._load_one(q.LIVE_DEVICE_WITH_CAPABILITIES, user=user_id, device=device_id)
 
     async def by_uid(self, device_uid: str) -> Device | None:
-        found = await self._load(q.DEVICE_BY_UID, uid=device_uid)
-        return found[0] if found else None
+        return await self._load_one(q.DEVICE_BY_UID_WITH_CAPABILITIES, uid=device_uid)
 
     async def presence(self, device_uid: str) -> Presence | None:
         found = (
