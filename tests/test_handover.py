@@ -1,16 +1,20 @@
-"""An answer reaches a call waiting in the same process without a read (services/handover.py): the
-answer's own transaction is the last one, the view is what a read would give, only the call's owner is
-handed anything, and nothing is left held once the calls end."""
+"""An answer reaches a call waiting in the same process without a read (services/handover.py), and a new
+call reaches a live link of its process the same way (services/linking.py): the answer's own transaction
+is the last one, the view is what a read would give, only the call's owner is handed anything, a link
+woken by anything else reads, and nothing is left held once the calls end."""
 
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 
 import httpx
 
 from tapgate.adapters.store.counting import COUNTS
+from tapgate.adapters.wake.local import LocalWake
 from tapgate.domain.frames import DeviceResult
-from tapgate.services.context import invocation_key
+from tapgate.domain.invocations import Status
+from tapgate.services.context import device_key, invocation_key
 from tests.world import LAMP, World, bearer, device_body
 
 TOOL = "device__desk_lamp__set_light"
@@ -150,3 +154,66 @@ async def test_an_answer_over_a_live_link_says_the_device_is_online_without_read
                 assert spent == 6, spent
     finally:
         await frames.aclose()
+
+
+async def test_a_live_link_sends_a_call_written_in_its_process_without_reading_it(
+    device_api: httpx.AsyncClient,
+) -> None:
+    """A WebSocket call commits twice and reads nothing else: the call (handed to the link with its
+    wake) and the answer (handed to the waiting call). A wake from anywhere else still reads."""
+    _, agent, lamp = await _lamp_and_agent(device_api)
+    gateway = device_api.app.state.gateway  # type: ignore[attr-defined]
+    caller = await gateway.authenticate_device(lamp, present=False)
+    frames = gateway.device_link(caller, lamp)
+    try:
+        for turn in range(3):  # the first fills the caches and opens the link
+            before = COUNTS.transactions
+            waiting = _waiting_call(device_api, agent)
+            frame = await asyncio.wait_for(anext(frames), timeout=20)
+            await gateway.link_result(caller, DeviceResult(frame["callId"], "done", "on"))
+            assert (await asyncio.wait_for(waiting, timeout=20)).json()["status"] == "done"
+            if turn:
+                assert COUNTS.transactions - before == 2  # the call and its answer
+        # A row written with a plain wake, as another process writes one (this one did not hand it),
+        # is read.
+        [tenant] = await gateway.store.tenant_ids()
+        async with gateway.store.unit_of_work(tenant) as uow:
+            answered = await uow.invocations.get("ana", frame["callId"])
+            assert answered is not None
+            other = replace(
+                answered,
+                invocation_id="inv_from_elsewhere",
+                status=Status.PENDING,
+                resolved_at=None,
+                message=None,
+            )
+            await uow.invocations.add(other)
+            uow.notify(device_key(tenant, caller.device.device_uid))
+        before = COUNTS.transactions
+        frame = await asyncio.wait_for(anext(frames), timeout=20)
+        assert frame["callId"] == "inv_from_elsewhere"
+        assert COUNTS.transactions - before == 1  # the link's read
+    finally:
+        await frames.aclose()
+
+
+async def test_a_wake_hands_its_values_only_to_a_waiter_nothing_else_woke() -> None:
+    """``Wake.handed``: the values handed on a key since the waiter last cleared, or None as soon as a
+    plain notification (another process's, a sweep's, a credential change's) set it too."""
+    wake = LocalWake()
+    woken = asyncio.Event()
+    with wake.subscribe("k", swept=False, also=woken) as link, wake.subscribe("k") as plain:
+        wake.hand("k", ["one"])
+        wake.committed(["k", "other"], {"k": ["two"]})
+        assert link.is_set() and woken.is_set() and plain.is_set()
+        assert wake.handed(link) == ["one", "two"]
+        assert wake.handed(plain) is None  # a waiter without ``also`` always reads
+        link.clear()
+        assert wake.handed(link) is None and not link.is_set()
+        wake.hand("k", ["three"])
+        wake.notify("k")
+        assert wake.handed(link) is None  # something else woke it too: it reads
+        link.clear()
+        wake.notify("k")
+        wake.hand("k", ["four"])
+        assert wake.handed(link) is None

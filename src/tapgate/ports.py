@@ -367,6 +367,10 @@ class UnitOfWork(Protocol):
     def notify(self, key: str) -> None:
         """Wake every waiter on ``key`` once this unit of work commits (in every process)."""
 
+    def hand(self, key: str, value: object) -> None:
+        """``notify(key)``, and hand ``value`` (what this unit of work wrote, as written) to the waiters
+        on ``key`` in this process that can take it instead of reading it (``Wake.handed``)."""
+
 
 class Store(Protocol):
     def unit_of_work(self, tenant_id: str) -> AbstractAsyncContextManager[UnitOfWork]: ...
@@ -405,6 +409,13 @@ class Wake(Protocol):
         ``also``: a waiter on several keys waits on that one event, and asks each which key woke it."""
 
     def notify(self, key: str) -> None: ...
+
+    def hand(self, key: str, values: Sequence[object]) -> None:
+        """``notify(key)``, handing ``values`` to this process's waiters that subscribed with ``also``."""
+
+    def handed(self, woken: Woken) -> list[object] | None:
+        """What hand-offs set ``woken`` since it was last cleared, or None if anything else set it too
+        (then the waiter must read)."""
 
     def listen(self, callback: Callable[[str | None], None]) -> None:
         """Also tell ``callback`` every notified key (None: anything may have changed)."""

@@ -396,12 +396,20 @@ async def deliver(
     ctx: Context, uow: UnitOfWork, invocation: Invocation, device: Device, now: datetime
 ) -> None:
     """Write (or move to) the pending row with its push, and wake the device (DESIGN §3.3 step 10)."""
+    key = device_key(invocation.tenant_id, device.device_uid)
     if invocation.status is Status.PENDING and invocation.approval_id is None:
         await uow.invocations.add(invocation)
+        if device.push is None:
+            # The row as written: a live link of this process sends it without reading it back. (A
+            # device with a push target reads it, since its fetch marks it to withhold the push.)
+            uow.hand(key, invocation)
+        else:
+            uow.notify(key)
+    else:
+        uow.notify(key)
     # A hint for a sleeping device; a live link gets the first moments to take the call itself.
     delay = ctx.limits.live_ack_seconds if device.live(now) else 0
     await queue_push(uow, device, INVOCATION_PENDING, invocation.invocation_id, now, delay)
-    uow.notify(device_key(invocation.tenant_id, device.device_uid))
 
 
 async def _resolve(

@@ -3,7 +3,8 @@
 ``frames`` yields, for as long as the link lives: every pending call as ``device:invoke``, every open
 approval of the person as ``device:approval`` and every notice waiting for the device as
 ``device:notice`` at once, then each new one the moment it is written (in any process), never the same
-one twice on one link; ``device:revoked`` (and the end) when the device is removed or its token is
+one twice on one link (a call written in this process comes with its wake, as written, and is sent
+without a read when nothing else woke the link); ``device:revoked`` (and the end) when the device is removed or its token is
 revoked (in any process) or expires. A notice sent marks its outbox row ``linked``: no push follows, and no
 later link sends it again. It revalidates the device on every wake (new work, the person's inbox or
 notices, its tenant's credentials) and at its token's expiry, never on a timer; its presence is held with
@@ -30,6 +31,7 @@ from tapgate.domain.frames import (
     invoke_frame,
     notice_frame,
 )
+from tapgate.domain.invocations import Invocation
 from tapgate.services import answering, devices
 from tapgate.services.answering import AlreadyAnswered
 from tapgate.services.context import Context, device_key, inbox_key, notices_key, wait_slice
@@ -67,6 +69,7 @@ async def frames(
             look_at_approvals = look_at_notices = True
             while True:
                 work_woke = work.is_set()
+                handed = _new_calls(ctx.wake.handed(work)) if work_woke else None
                 woken.clear()
                 work.clear()
                 asks.clear()
@@ -76,18 +79,31 @@ async def frames(
                 except TapgateError:
                     yield REVOKED_FRAME
                     return
-                look_at_calls = work_woke or not calls or ctx.wake.degraded or look_at_approvals
-                # What the wake asks for is read in one unit of work, then sent outside it.
                 now = ctx.clock.now()
-                since = now - timedelta(seconds=ctx.limits.notice_life_seconds)
                 pending = open_ = unsent = None
-                async with ctx.store.unit_of_work(tenant) as uow:
-                    if look_at_calls:
-                        pending = await answering.take_pending(uow, caller, now)
-                    if look_at_approvals:
-                        open_ = [a for a in await uow.approvals.pending_for(user) if a.expires_at > now]
-                    if look_at_notices:
-                        unsent = await uow.outbox.notices_for(uid, since)
+                if (
+                    handed is not None
+                    and not (look_at_approvals or look_at_notices or ctx.wake.degraded)
+                    and len(calls) + len(handed) < answering.MAX_FETCH
+                ):
+                    # Only new calls written in this process woke it: sent as written, without a read.
+                    # ``calls`` keeps the answered ones until the next read, at most a page of them.
+                    new = [i for i in handed if i.invocation_id not in calls and not i.due(now)]
+                    calls |= {i.invocation_id for i in new}
+                    links.note_sent(tenant, uid, calls)
+                    for invocation in new:
+                        yield invoke_frame(invocation)
+                else:
+                    look_at_calls = work_woke or not calls or ctx.wake.degraded or look_at_approvals
+                    # What the wake asks for is read in one unit of work, then sent outside it.
+                    since = now - timedelta(seconds=ctx.limits.notice_life_seconds)
+                    async with ctx.store.unit_of_work(tenant) as uow:
+                        if look_at_calls:
+                            pending = await answering.take_pending(uow, caller, now)
+                        if look_at_approvals:
+                            open_ = [a for a in await uow.approvals.pending_for(user) if a.expires_at > now]
+                        if look_at_notices:
+                            unsent = await uow.outbox.notices_for(uid, since)
                 if pending is not None:
                     fresh = [i for i in pending if i.invocation_id not in calls]
                     calls = {i.invocation_id for i in pending}
@@ -120,6 +136,13 @@ async def frames(
     finally:
         with contextlib.suppress(TapgateError):
             await devices.close_link(ctx.store, ctx.clock, caller)
+
+
+def _new_calls(handed: list[object] | None) -> list[Invocation] | None:
+    """The new calls handed with the link's wakes (``invoking.deliver``), or None: read instead."""
+    if handed is None or not all(isinstance(i, Invocation) for i in handed):
+        return None
+    return [i for i in handed if isinstance(i, Invocation)]
 
 
 async def _linked(ctx: Context, tenant_id: str, delivery_ids: list[str]) -> None:

@@ -90,8 +90,7 @@ class MemoryStore:
             uow = MemoryUnitOfWork(work, tenant_id)
             yield uow
             self._state = work
-        for key in uow.keys:
-            self.wake.notify(key)
+        self.wake.committed(uow.keys, uow.handed)  # wake this process's waiters at once
 
     async def tenant_ids(self) -> Sequence[str]:
         return sorted(self._state.tenants)
@@ -123,10 +122,15 @@ class MemoryUnitOfWork:
         self.console_sessions = _ConsoleSessions(state, tenant_id)
         self.passkeys = _Passkeys(state, tenant_id)
         self.keys: list[str] = []
+        self.handed: dict[str, list[object]] = {}  # what hand(key, value) hands with each key
 
     def notify(self, key: str) -> None:
         if key not in self.keys:
             self.keys.append(key)
+
+    def hand(self, key: str, value: object) -> None:
+        self.notify(key)
+        self.handed.setdefault(key, []).append(value)
 
 
 class _Repo:

@@ -72,8 +72,7 @@ class SqlStore:
             yield uow
         if uow.chain.left_pending:  # committed without the chain's head: seal it soon
             self._sealer.mark(tenant_id)
-        for key in uow.keys:  # committed: wake this process's waiters at once
-            self.wake.notify(key)
+        self.wake.committed(uow.keys, uow.handed)  # wake this process's waiters at once
 
     @contextlib.asynccontextmanager
     async def _transaction(self, tenant_id: str) -> AsyncIterator[SqlUnitOfWork]:
@@ -246,6 +245,7 @@ class SqlUnitOfWork:
         self.tenant_id = tenant_id
         self.chain = ChainHead(conn, tenant_id, concurrent)
         self.keys: list[str] = []
+        self.handed: dict[str, list[object]] = {}  # what hand(key, value) hands with each key
 
     @functools.cached_property
     def tenants(self) -> SqlTenants:
@@ -314,3 +314,7 @@ class SqlUnitOfWork:
     def notify(self, key: str) -> None:
         if key not in self.keys:
             self.keys.append(key)
+
+    def hand(self, key: str, value: object) -> None:
+        self.notify(key)
+        self.handed.setdefault(key, []).append(value)

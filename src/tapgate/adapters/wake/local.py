@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Literal
 
 from tapgate.ports import Woken
@@ -41,8 +41,29 @@ class LocalWake:
                     del self._waiters[key]
 
     def notify(self, key: str) -> None:
+        self._wake(key, ())
+
+    def hand(self, key: str, values: Sequence[object]) -> None:
+        self._wake(key, values)
+
+    def committed(self, keys: Sequence[str], handed: Mapping[str, Sequence[object]]) -> None:
+        """A unit of work committed: notify each of its keys, with what it handed on that key."""
+        for key in keys:
+            values = handed.get(key)
+            if values:
+                self.hand(key, values)
+            else:
+                self.notify(key)
+
+    def handed(self, woken: Woken) -> list[object] | None:
+        return woken.handed() if isinstance(woken, _AlsoSets) else None
+
+    def _wake(self, key: str, values: Sequence[object]) -> None:
         for event in self._waiters.get(key, ()):
-            event.set()
+            if values and isinstance(event, _AlsoSets):
+                event.hand(values)
+            else:
+                event.set()
         for callback in self._listeners:
             callback(key)
 
@@ -70,24 +91,40 @@ class _AlsoSets:
     It makes an event of its own only if something waits on it directly (a live link holds three of
     these for hours; an ``asyncio.Event`` each would cost about 750 bytes more)."""
 
-    __slots__ = ("_also", "_event", "_value")
+    __slots__ = ("_also", "_event", "_handed", "_plain", "_value")
 
     def __init__(self, also: asyncio.Event) -> None:
         self._also = also
         self._value = False
+        self._plain = False  # set by a notification that handed nothing since the last clear
+        self._handed: list[object] | None = None
         self._event: asyncio.Event | None = None
 
     def is_set(self) -> bool:
         return self._value
 
     def set(self) -> None:
+        self._plain = True
+        self._set()
+
+    def hand(self, values: Sequence[object]) -> None:
+        if self._handed is None:
+            self._handed = []
+        self._handed.extend(values)
+        self._set()
+
+    def handed(self) -> list[object] | None:
+        return None if self._plain else self._handed
+
+    def _set(self) -> None:
         self._value = True
         self._also.set()
         if self._event is not None:
             self._event.set()
 
     def clear(self) -> None:
-        self._value = False
+        self._value = self._plain = False
+        self._handed = None
         if self._event is not None:
             self._event.clear()
 

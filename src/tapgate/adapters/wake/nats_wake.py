@@ -21,6 +21,7 @@ import asyncio
 import contextlib
 import logging
 import re
+from collections.abc import Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -116,6 +117,13 @@ class NatsWake(LocalWake):
 
     def notify(self, key: str) -> None:
         super().notify(key)
+        self._send(key)
+
+    def hand(self, key: str, values: Sequence[object]) -> None:
+        super().hand(key, values)
+        self._send(key)
+
+    def _send(self, key: str) -> None:
         if self._outgoing is not None:
             self._outgoing.put_nowait(key)
         else:
