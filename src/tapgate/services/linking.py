@@ -3,13 +3,14 @@
 ``frames`` yields, for as long as the link lives: every pending call as ``device:invoke``, every open
 approval of the person as ``device:approval`` and every notice waiting for the device as
 ``device:notice`` at once, then each new one the moment it is written (in any process), never the same
-one twice on one link (a call written in this process comes with its wake, as written, and is sent
-without a read when nothing else woke the link); ``device:revoked`` (and the end) when the device is removed or its token is
-revoked (in any process) or expires. A notice sent marks its outbox row ``linked``: no push follows, and no
-later link sends it again. It revalidates the device on every wake (new work, the person's inbox or
-notices, its tenant's credentials) and at its token's expiry, never on a timer; its presence is held with
-every other link of the process in batches (``services/links.py``), so the agent reads ``device.online``
-and ``device.offline``. ``acknowledge`` answers a ``device:result`` with its ``device:ack``.
+one twice on one link; ``device:revoked`` (and the end) when the device is removed or its token is
+revoked (in any process) or expires. A call written in this process comes with its wake, as written, and
+is sent without a read when nothing else woke the link. A notice sent marks its outbox row ``linked``: no
+push follows, and no later link sends it again. It revalidates the device on every wake (new work, the
+person's inbox or notices, its tenant's credentials) and at its token's expiry, never on a timer; its
+presence is held with every other link of the process in batches (``services/links.py``), so the agent
+reads ``device.online`` and ``device.offline``. ``acknowledge`` answers a ``device:result`` with its
+``device:ack``.
 """
 
 from __future__ import annotations
