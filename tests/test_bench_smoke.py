@@ -136,3 +136,16 @@ def test_a_profile_summary_ranks_the_servers_own_work_below_the_event_loop(tmp_p
     assert "37.5%  answer (tapgate/services/answering.py)" in summary
     assert "12.5%  (event loop native code" in summary
     assert "<module>" not in summary
+
+
+def test_a_ratio_to_a_floor_measured_on_a_busy_machine_says_so() -> None:
+    floor = Row(BY_NAME["throughput-floor-sqlite"], value=1000.0, cpu={"server": 0.9, "other": 0.75})
+    floor.judge(None)
+    tapgate = Row(BY_NAME["throughput-sqlite"], value=600.0, cpu={"server": 0.95, "other": 0.02})
+    tapgate.judge(None, floor)
+    assert tapgate.mark == "pass"  # 60% of a floor that other processes slowed down
+    assert tapgate.caveats == [
+        "its reference throughput-floor-sqlite ran while the machine was busy: its ratio is suspect"
+    ]
+    [judged] = [t for t in targets([floor, tapgate]) if t["row"] == "throughput-sqlite"]
+    assert judged["mark"] == "met" and judged["caveats"] == tapgate.caveats

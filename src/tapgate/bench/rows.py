@@ -223,6 +223,11 @@ class Row:
     durable_value: float | None = None
 
     @property
+    def busy(self) -> bool:
+        """Other processes used enough CPU during the row to move its figure."""
+        return self.cpu.get("other", 0.0) >= BUSY_CORES
+
+    @property
     def judged_ratio(self) -> float | None:
         """The ratio the target is judged on: to the durable floor where the row has one."""
         return self.durable_ratio if self.spec.durable else self.ratio
@@ -248,8 +253,14 @@ class Row:
             self.mark = "skipped"
             return
         other = self.cpu.get("other", 0.0)
-        if other >= BUSY_CORES:
+        if self.busy:
             self.caveats.append(f"the machine was busy: other processes used {other:.2f} cores meanwhile")
+        for judged_against in (reference, durable):
+            if judged_against is not None and judged_against.busy:
+                self.caveats.append(
+                    f"its reference {judged_against.spec.name} ran while the machine was busy: "
+                    "its ratio is suspect"
+                )
         if reference is not None and reference.value:
             self.reference_value = reference.value
             self.ratio = round(self.value / reference.value, 3)

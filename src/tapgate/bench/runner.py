@@ -98,6 +98,7 @@ def targets(rows: list[Row]) -> list[dict[str, Any]]:
                 "value": row.value,
                 "ratio": ratio if spec.target.kind.startswith("ratio") else None,
                 "mark": "met" if row.mark == "pass" else "short",
+                **({"caveats": row.caveats} if row.caveats else {}),
             }
         )
     out += _two_workers(rows)
