@@ -1,6 +1,6 @@
-"""No tenant-wide lock (DESIGN §16): on PostgreSQL a writer never waits for the tenant's chain head that
-another transaction holds; what it writes meanwhile is sealed later, in commit order, and the journal and
-the event stream stay exact (``adapters/store/sql_journal.py``).
+"""No tenant-wide lock (DESIGN §16): on PostgreSQL a writer never takes the tenant's chain head, nor waits
+for a reader or the sealer that holds it; what it writes is sealed later, in commit order, and the journal
+and the event stream stay exact (``adapters/store/sql_journal.py``).
 
 Each test would fail on the design it replaced: there every writer waited for the head row (the first
 test's writer would time out), and the races below would still pass, so they are the safety net, not the
@@ -39,9 +39,11 @@ async def store(postgres: PostgresDatabase) -> AsyncIterator[SqlStore]:
 
 @contextlib.asynccontextmanager
 async def holding_the_head(store: Store, tenant: str, action: str) -> AsyncIterator[UnitOfWork]:
-    """A unit of work that has journalled ``action`` and so holds the tenant's head until the block ends."""
+    """A unit of work that has journalled ``action`` and read the journal's head, and so holds the tenant's
+    head until the block ends (a writer alone never takes it: it leaves its entries pending)."""
     async with store.unit_of_work(tenant) as uow:
         await uow.journal.append(AuditRecord(action, "test"), NOW)
+        await uow.journal.head()  # seals what is pending, its own entry included: it holds the head now
         yield uow
 
 

@@ -51,6 +51,8 @@ async def test_each_hot_statement_answers_on_asyncpg_what_it_answers_through_sql
     store = open_sql_store(postgres.app_url)
     try:
         tenant = await rows_to_compare(store)
+        async with store.unit_of_work(tenant) as uow:
+            await uow.events.read("ana", 0, 1)  # seals the event its writer left pending
         assert store.engine is not None and store._raw is not None
         async with store.engine.connect() as conn:
             for name in STATEMENTS:
@@ -129,8 +131,10 @@ async def test_a_unit_of_work_sets_its_tenant_exactly_whatever_the_tenant_id_hol
 async def test_a_unit_of_work_ends_on_postgresql_in_one_statement_with_its_journal_events_and_wakes(
     postgres: PostgresDatabase,
 ) -> None:
-    """What a holder of the chain's head numbered, the head's move and the wake notifications are one
-    statement at the end: the rows are all there, chained, and the notifications reach a listener."""
+    """What a writer leaves pending for the chain's holder and the wake notifications are one statement
+    at the end, with no take of the head before it: the rows are all there once a reader sealed them,
+    chained in the order they were appended, and the notifications reach a listener. A reader that seals
+    ends in one statement too: the rows it numbered and the head's move."""
     store = open_sql_store(postgres.app_url)
     heard: asyncio.Queue[str] = asyncio.Queue()
     listening = await asyncpg.connect(postgres.app_url, timeout=10)
@@ -148,7 +152,11 @@ async def test_a_unit_of_work_ends_on_postgresql_in_one_statement_with_its_journ
         got = {(await asyncio.wait_for(heard.get(), 10)).split(" ", 1)[1] for _ in range(2)}
         assert got == {f"{tenant}:one", f"{tenant}:two"}
         async with store.unit_of_work(tenant) as uow:
+            statements = COUNTS.statements
             seen = [(e.type, e.data) for e in await uow.events.read("ana", 0, 100)]
+            # the head and whether anything is pending, the head held, the pending entries and events
+            # taken, the six rows numbered and the head's move written in one statement, the read
+            assert COUNTS.statements - statements == 6
             entries = [(e.action, dict(e.data)) for e in await uow.journal.read(0, 100)][-3:]
         assert seen[-3:] == [("test.event", {"n": n, "text": "ünïcode"}) for n in range(3)]
         assert entries == [(f"test.entry{n}", {"n": n}) for n in range(3)]

@@ -68,6 +68,8 @@ async def _seed(url: str) -> TwoTenants:
             await accounts.create_user(store, clock, caller, user, None)
             agent = await accounts.create_token(store, clock, caller, user, TokenKind.AGENT)
             await _seed_devices(store, clock, caller, user, agent.token)
+            async with store.unit_of_work(tenant) as uow:
+                await uow.journal.read(0, 1)  # seals what its writers left pending: rows in both tables
     finally:
         await store.close()
     await _seed_pending(url, tenants)

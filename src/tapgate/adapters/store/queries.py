@@ -116,8 +116,8 @@ COUNT_CONFIRMING = select(func.count()).where(
 )
 
 # The tenant's chain head: the journal's last number and hash, the last event number, and whether
-# entries or events wait to be sealed (sql_journal.py). A writer takes it without waiting (SKIP LOCKED:
-# no row means another transaction holds it); a reader that must seal waits for it.
+# entries or events wait to be sealed (sql_journal.py). On SQLite a writer reads it (one writer at a time:
+# it holds it); on PostgreSQL a reader or the sealer that must seal waits for it.
 _pending = or_(
     select(t.audit_pending.c.key).where(t.audit_pending.c.tenant_id == _tenant).exists(),
     select(t.events_pending.c.key).where(t.events_pending.c.tenant_id == _tenant).exists(),
@@ -125,7 +125,6 @@ _pending = or_(
 CHAIN_HEAD = select(_head.seq, _head.hash, _head.event_seq, _pending.label("pending")).where(
     _head.tenant_id == _tenant
 )
-CHAIN_HEAD_TAKE = CHAIN_HEAD.with_for_update(skip_locked=True)
 CHAIN_HEAD_WAIT = CHAIN_HEAD.with_for_update()
 MOVE_CHAIN_HEAD = (
     update(t.audit_heads)
@@ -221,7 +220,6 @@ for _statement in (
     RESOLVE,
     COUNT_CONFIRMING,
     CHAIN_HEAD,
-    CHAIN_HEAD_TAKE,
     MOVE_CHAIN_HEAD,
     EVENTS_AFTER,
     SESSION,

@@ -1,23 +1,22 @@
 """The audit journal and the agent's event stream on SQLite and PostgreSQL, numbered by whoever holds the
 tenant's chain head; every statement names its tenant.
 
-No writer waits for another's head (DESIGN §16). A writing unit of work takes the head row without
-waiting (``FOR UPDATE SKIP LOCKED``); holding it, it numbers and hashes its entries and events at once,
-as the only numberer of the tenant until it commits. Finding it held by another transaction, it writes
-them to ``audit_pending`` / ``events_pending`` instead and commits without a number. Whoever holds the
-head next seals what is pending, in key order, before its own: the next writer that takes it, a reader
-(which waits for the head, as it must see everything committed), or the store's sealer (``sql.py``),
-woken by a commit that left something pending. Sealing in the order pending rows became visible keeps
-the chain in commit order: a row another transaction has not committed yet is not seen, and is sealed
-after it commits, behind anything sealed meanwhile. Nothing is numbered twice (one holder at a time), a
-reader never sees a number filled in below one it has seen (a holder numbers past the head it holds), and
-a crash between a commit and a seal leaves pending rows that the next holder seals.
+No writer takes the tenant's head on PostgreSQL (DESIGN §16): a writing unit of work writes its entries
+and events unnumbered, to ``audit_pending`` / ``events_pending``, with the rest of what it writes as it
+ends. Whoever holds the head seals what is pending, in key order: a reader (which waits for the head, as
+it must see everything committed, and seals before it reads) or the store's sealer (``sql.py``), woken by
+every commit that left something pending, which seals in batches. Sealing in the order pending rows
+became visible keeps the chain in commit order: a row another transaction has not committed yet is not
+seen, and is sealed after it commits, behind anything sealed meanwhile. Nothing is numbered twice (one
+holder at a time), a reader never sees a number filled in below one it has seen (a holder numbers past
+the head it holds), and a crash between a commit and a seal leaves pending rows that the next holder
+seals. A unit of work that holds the head (it sealed before a read) numbers what it appends itself.
 
 SQLite has one writer at a time, so its writers always hold the head and nothing is ever pending.
 
-A holder's numbered entries and events are written when the unit of work ends (or before it reads the
-journal or the events again). On PostgreSQL they, the head's move and the transaction's wake
-notifications go in one statement, one network round trip where they were one each.
+A unit of work's rows, numbered or pending, are written when it ends (or before it reads the journal or
+the events again). On PostgreSQL they, the head's move and the transaction's wake notifications go in one
+statement, one network round trip where they were one each.
 """
 
 from __future__ import annotations
@@ -48,8 +47,9 @@ _TAKE_EVENTS = (
 )
 
 
-# Everything a PostgreSQL holder writes as its unit of work ends, in one round trip: its entries and events
-# (arrays, so that one prepared statement serves any number), the head's move, and the wake notifications.
+# Everything a PostgreSQL unit of work writes of the chain as it ends, in one round trip: the entries and
+# events it numbered or left pending (arrays, so that one prepared statement serves any number; pending
+# rows keep their order in their keys), the head's move, and the wake notifications.
 _END_ON_POSTGRES = """
 WITH audit AS (
   INSERT INTO audit_entries
@@ -59,6 +59,18 @@ WITH audit AS (
 ), events AS (
   INSERT INTO events (tenant_id, seq, user_id, type, data, created_at)
   SELECT $1::text, * FROM unnest($12::bigint[], $13::text[], $14::text[], $15::text[], $16::timestamptz[])
+), audit_left AS (
+  INSERT INTO audit_pending (tenant_id, at, action, actor, outcome, subject, reason, data)
+  SELECT $1::text, at, action, actor, outcome, subject, reason, data
+  FROM unnest($24::timestamptz[], $25::text[], $26::text[], $27::text[], $28::text[], $29::text[],
+              $30::text[]) WITH ORDINALITY AS u(at, action, actor, outcome, subject, reason, data, n)
+  ORDER BY n
+), events_left AS (
+  INSERT INTO events_pending (tenant_id, user_id, type, data, created_at)
+  SELECT $1::text, user_id, type, data, created_at
+  FROM unnest($31::text[], $32::text[], $33::text[], $34::timestamptz[])
+       WITH ORDINALITY AS u(user_id, type, data, created_at, n)
+  ORDER BY n
 ), head AS (
   UPDATE audit_heads SET seq = $17, hash = $18, event_seq = $19 WHERE tenant_id = $1::text AND $20
 )
@@ -87,26 +99,43 @@ class ChainHead:
         self.left_pending = False  # wrote something another holder must seal
         self._entries: list[AuditEntry] = []  # numbered, not yet written
         self._events: list[tuple[int, str, str, str, datetime]] = []  # (seq, user, type, data, at)
+        self._left_entries: list[tuple[AuditRecord, datetime]] = []  # pending, not yet written
+        self._left_events: list[tuple[str, str, str, datetime]] = []  # (user, type, data, at)
 
     async def take(self) -> bool:
-        """Hold the head if nobody else does; never waits. False: write to the pending tables."""
-        if not self._tried:
+        """Whether this unit of work numbers what it appends: on SQLite it takes the head (one writer at
+        a time, so it is free); on PostgreSQL only if it holds the head already, having sealed before a
+        read. False: what it appends is left pending."""
+        if not self.concurrent and not self._tried:
             self._tried = True
-            row = (await self.conn.execute(q.CHAIN_HEAD_TAKE, {"tenant": self.tenant_id})).first()
+            row = (await self.conn.execute(q.CHAIN_HEAD, {"tenant": self.tenant_id})).first()
             if row is not None:
                 await self._hold(row)
         return self._held is not None
 
+    def leave(self, record: AuditRecord, at: datetime) -> None:
+        """An entry for a holder to number and chain (``take`` was False)."""
+        self._left_entries.append((record, at))
+
+    def leave_event(self, user_id: str, type: str, data: str, at: datetime) -> None:
+        """An event for a holder to number (``take`` was False)."""
+        self._left_events.append((user_id, type, data, at))
+
     async def sealed(self) -> None:
-        """Before a read: seal what is pending, waiting for the head if it must (PostgreSQL), and write
-        what this unit of work numbered."""
+        """Before a read: seal what is pending, this unit of work's own included, waiting for the head if
+        it must (PostgreSQL), and write what this unit of work numbered."""
         if self.concurrent and self._held is None:
-            row = (await self.conn.execute(q.CHAIN_HEAD, {"tenant": self.tenant_id})).first()
-            if row is not None and row.pending:
+            tenant = {"tenant": self.tenant_id}
+            mine = bool(self._left_entries or self._left_events)
+            if mine:
+                await self._write()
+            row = None if mine else (await self.conn.execute(q.CHAIN_HEAD, tenant)).first()
+            if mine or (row is not None and row.pending):
                 self._tried = True
-                held = (await self.conn.execute(q.CHAIN_HEAD_WAIT, {"tenant": self.tenant_id})).first()
-                await self._hold(held)
-        await self._write_numbered()
+                held = (await self.conn.execute(q.CHAIN_HEAD_WAIT, tenant)).first()
+                if held is not None:
+                    await self._hold(held)
+        await self._write()
 
     def head(self) -> tuple[int, str] | None:
         return None if self._held is None else (int(self._held[0]), str(self._held[1]))
@@ -115,6 +144,7 @@ class ChainHead:
         self._held = [row.seq, row.hash, row.event_seq]
         if row.pending:
             await self._seal_pending()
+            self.left_pending = False  # its own rows, if it left any, are sealed with the rest
 
     async def _seal_pending(self) -> None:
         tenant = {"tenant": self.tenant_id}
@@ -141,14 +171,42 @@ class ChainHead:
         self._moved = True
 
     async def before_commit(self, notify: Notify | None = None) -> None:
-        """Write what this unit of work numbered and the head once, where it left it; on PostgreSQL with
-        ``notify``'s wake notifications, all in one statement."""
+        """Write what this unit of work numbered or left pending, and the head once, where it left it; on
+        PostgreSQL with ``notify``'s wake notifications, all in one statement."""
         if isinstance(self.conn, PostgresConnection):
             await self._end_on_postgres(self.conn, notify)
             return
         assert notify is None, "only PostgreSQL sends wake notifications"
-        await self._write_numbered()
+        await self._write()
         await self._move_head()
+
+    async def _write(self) -> None:
+        """Write the rows numbered or left so far: on PostgreSQL in one statement, which moves the head
+        too if it moved (again at the end if it moves again); on SQLite one statement a row."""
+        if isinstance(self.conn, PostgresConnection):
+            await self._end_on_postgres(self.conn, None)
+            return
+        await self._write_left()
+        await self._write_numbered()
+
+    async def _write_left(self) -> None:
+        """Write the rows left pending, one statement each."""
+        entries, self._left_entries = self._left_entries, []
+        for record, at in entries:
+            await self.conn.execute(insert_into(t.audit_pending), _pending_row(self.tenant_id, record, at))
+        events, self._left_events = self._left_events, []
+        for user_id, type, data, at in events:
+            await self.conn.execute(
+                insert_into(t.events_pending),
+                {
+                    "tenant_id": self.tenant_id,
+                    "user_id": user_id,
+                    "type": type,
+                    "data": data,
+                    "created_at": at,
+                },
+            )
+        self.left_pending |= bool(entries or events)
 
     async def _write_numbered(self) -> None:
         entries, self._entries = self._entries, []
@@ -179,10 +237,13 @@ class ChainHead:
 
     async def _end_on_postgres(self, conn: PostgresConnection, notify: Notify | None) -> None:
         moved = self._moved and self._held is not None
-        if not (self._entries or self._events or moved or (notify and notify.keys)):
-            return
         entries, self._entries = self._entries, []
         events, self._events = self._events, []
+        left, self._left_entries = self._left_entries, []
+        left_events, self._left_events = self._left_events, []
+        writes = bool(entries or events or left or left_events or moved)
+        if not (writes or (notify and notify.keys)):
+            return
         seq, hash, event_seq = self._held if moved and self._held is not None else (0, "", 0)
         await conn.fetchval(
             _END_ON_POSTGRES,
@@ -209,9 +270,34 @@ class ChainHead:
             notify.channel if notify else "",
             notify.origin if notify else "",
             notify.keys if notify else [],
-            writes=bool(entries or events or moved),
+            [at for _, at in left],
+            [r.action for r, _ in left],
+            [r.actor for r, _ in left],
+            [r.outcome for r, _ in left],
+            [r.subject for r, _ in left],
+            [r.reason for r, _ in left],
+            [json.dumps(dict(r.data), sort_keys=True) for r, _ in left],
+            [e[0] for e in left_events],
+            [e[1] for e in left_events],
+            [e[2] for e in left_events],
+            [e[3] for e in left_events],
+            writes=writes,
         )
         self._moved = False
+        self.left_pending |= bool(left or left_events)
+
+
+def _pending_row(tenant_id: str, record: AuditRecord, at: datetime) -> dict[str, Any]:
+    return {
+        "tenant_id": tenant_id,
+        "at": at,
+        "action": record.action,
+        "actor": record.actor,
+        "outcome": record.outcome,
+        "subject": record.subject,
+        "reason": record.reason,
+        "data": json.dumps(dict(record.data), sort_keys=True),
+    }
 
 
 def _entry_row(entry: AuditEntry) -> dict[str, Any]:
@@ -262,15 +348,7 @@ class SqlEvents(ChainRepo):
         if await self.chain.take():
             await self.chain.number(user_id, type, text, at)
             return
-        pending = {
-            "tenant_id": self.tenant_id,
-            "user_id": user_id,
-            "type": type,
-            "data": text,
-            "created_at": at,
-        }
-        await self._insert(t.events_pending, pending, "An event is already pending under this key.")
-        self.chain.left_pending = True
+        self.chain.leave_event(user_id, type, text, at)
 
     async def read(self, user_id: str, after: int, limit: int) -> Sequence[Event]:
         await self.chain.sealed()
@@ -294,21 +372,7 @@ class SqlJournal(ChainRepo):
         if await self.chain.take():
             await self.chain.chain(record, at)
             return
-        await self._insert(
-            t.audit_pending,
-            {
-                "tenant_id": self.tenant_id,
-                "at": at,
-                "action": record.action,
-                "actor": record.actor,
-                "outcome": record.outcome,
-                "subject": record.subject,
-                "reason": record.reason,
-                "data": json.dumps(dict(record.data), sort_keys=True),
-            },
-            "An audit entry is already pending under this key.",
-        )
-        self.chain.left_pending = True
+        self.chain.leave(record, at)
 
     async def read(self, after: int, limit: int) -> Sequence[AuditEntry]:
         await self.chain.sealed()
