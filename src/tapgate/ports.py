@@ -72,6 +72,10 @@ class Devices(Protocol):
     async def get(self, user_id: str, device_id: str) -> Device | None:
         """The user's live (pending or active) device of that id, with its capabilities."""
 
+    async def get_with_pause(self, user_id: str, device_id: str) -> tuple[Device | None, datetime | None]:
+        """``get``'s device and the person's pause of every agent (``Pauses.paused_until(user_id,
+        ALL_AGENTS)``), in one read where the device exists: the check chain's first look at a call."""
+
     async def by_uid(self, device_uid: str) -> Device | None:
         """Any device of the tenant by its internal id, revoked ones included."""
 

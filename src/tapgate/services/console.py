@@ -311,7 +311,11 @@ async def paused(ctx: Context, caller: Principal) -> bool:
 
 
 async def is_paused(uow: UnitOfWork, user_id: str, now: datetime) -> bool:
-    until = await uow.pauses.paused_until(user_id, ALL_AGENTS)
+    return is_paused_until(await uow.pauses.paused_until(user_id, ALL_AGENTS), now)
+
+
+def is_paused_until(until: datetime | None, now: datetime) -> bool:
+    """Whether a pause that lasts ``until`` (None: never paused) holds at ``now``."""
     return until is not None and until > now
 
 

@@ -43,7 +43,7 @@ from tapgate.domain.shown import TOO_LONG, TooLongToShow
 from tapgate.domain.tools import PHONE_ACTION, ToolName
 from tapgate.ports import UnitOfWork, Woken
 from tapgate.services.asking import open_approval
-from tapgate.services.console import is_paused
+from tapgate.services.console import is_paused, is_paused_until
 from tapgate.services.context import (
     Context,
     device_key,
@@ -263,14 +263,21 @@ async def _chain(
     # 1. The device channel is on.
     if not ctx.device_channel:
         raise _deny("the device channel is off on this gateway")
-    # 1b. The person has not paused every agent (the console's switch).
-    if await is_paused(uow, caller.user_id, now):
+    # 1b. The person has not paused every agent (the console's switch); read with the device a device__
+    # tool names, which step 2 needs.
+    name = _tool_name(call)
+    if name is not None:
+        found, paused_until = await uow.devices.get_with_pause(caller.user_id, name.device_id)
+        paused = is_paused_until(paused_until, now)
+    else:
+        found, paused = None, await is_paused(uow, caller.user_id, now)
+    if paused:
         raise _deny(PAUSED_REASON)
     # 2. A real device of this user, and a capability it declares.
     session = await uow.sessions.get(caller.user_id, call.session_id) if call.session_id else None
     if session is not None and session.agent_id not in ("", caller.agent_id):
         session = None
-    device, capability = await _resolve(uow, caller.user_id, call, session)
+    device, capability = await _resolve(uow, caller.user_id, call, session, name, found)
     # 3. The person granted it; no rule can lift this.
     if not device.may_run(capability.name):
         raise _deny(
@@ -412,11 +419,27 @@ async def deliver(
     await queue_push(uow, device, INVOCATION_PENDING, invocation.invocation_id, now, delay)
 
 
+def _tool_name(call: Call) -> ToolName | None:
+    """The device__ tool ``call`` names, or None (``phone_action``, or no such name)."""
+    if call.tool == PHONE_ACTION:
+        return None
+    try:
+        return ToolName.parse(call.tool)
+    except InvalidInput:
+        return None
+
+
 async def _resolve(
-    uow: UnitOfWork, user_id: str, call: Call, session: Session | None
+    uow: UnitOfWork,
+    user_id: str,
+    call: Call,
+    session: Session | None,
+    name: ToolName | None,
+    found: Device | None,
 ) -> tuple[Device, Capability]:
     """The device and capability a tool name means, or the refusal that says what is wrong with it:
-    ``unknown tool`` only for a name that never existed for this person."""
+    ``unknown tool`` only for a name that never existed for this person. ``name`` is ``_tool_name``'s,
+    ``found`` the live device it names, as read."""
     if call.tool == PHONE_ACTION:
         if call.session_id is None:
             raise _deny("phone_action needs a session_id: the session the person's message came in")
@@ -429,11 +452,8 @@ async def _resolve(
         declared = device.declared(PHONE_ACTIONS)
         assert declared is not None
         return device, declared.capability
-    try:
-        name = ToolName.parse(call.tool)
-    except InvalidInput:
-        raise _deny("unknown tool") from None
-    found = await uow.devices.get(user_id, name.device_id)
+    if name is None:
+        raise _deny("unknown tool")
     if found is None:
         if await uow.devices.ever(user_id, name.device_id):
             raise _deny(f"device revoked: the person removed {name.device_id}; its tools are gone")
@@ -479,7 +499,8 @@ async def _check_fatigue(
     """Push fatigue (DESIGN §7.1): a paused agent asks nothing, and the person's open cards are capped."""
     assert caller.user_id is not None
     until = await uow.pauses.paused_until(caller.user_id, caller.agent_id or "")
-    if until is not None and until > now:
+    if is_paused_until(until, now):
+        assert until is not None
         raise _policy(
             f"the person said a request from this agent wasn't them; its requests are paused until "
             f"{until.strftime('%H:%M')} UTC",

@@ -14,7 +14,7 @@ from datetime import datetime
 from tapgate.adapters.wake.local import LocalWake
 from tapgate.domain.accounts import Credential, Tenant, User
 from tapgate.domain.audit import GENESIS, AuditEntry, AuditRecord, chain_entry
-from tapgate.domain.console import ConsoleSession, SignIn, SignInStatus
+from tapgate.domain.console import ALL_AGENTS, ConsoleSession, SignIn, SignInStatus
 from tapgate.domain.devices import Declared, Device, DeviceStatus, Presence, PushTarget
 from tapgate.domain.errors import Conflict, DuplicateInvocation, StorageError
 from tapgate.domain.events import Event, EventValue
@@ -243,6 +243,10 @@ class _Devices(_Repo):
             ),
             None,
         )
+
+    async def get_with_pause(self, user_id: str, device_id: str) -> tuple[Device | None, datetime | None]:
+        paused_until = self.state.pauses.get((self.tenant_id, user_id, ALL_AGENTS))
+        return await self.get(user_id, device_id), paused_until
 
     async def by_uid(self, device_uid: str) -> Device | None:
         return self.state.devices.get((self.tenant_id, device_uid))

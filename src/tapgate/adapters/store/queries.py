@@ -147,6 +147,11 @@ COUNT_PENDING_APPROVALS = select(func.count()).where(
 PAUSED_UNTIL = select(_pause.until).where(
     _pause.tenant_id == _tenant, _pause.user_id == bindparam("user"), _pause.agent_id == bindparam("agent")
 )
+# A live device with its capabilities and the person's pause of every agent ("agent": ALL_AGENTS), one
+# statement: the check chain's first look at a call.
+LIVE_DEVICE_WITH_PAUSE = LIVE_DEVICE_WITH_CAPABILITIES.add_columns(
+    PAUSED_UNTIL.scalar_subquery().label("paused_until")
+)
 
 _rcpt = t.ingest_receipts.c
 _count = t.ingest_counters.c
@@ -211,6 +216,7 @@ for _statement in (
     CAPABILITIES_OF,
     DEVICE_BY_UID_WITH_CAPABILITIES,
     LIVE_DEVICE_WITH_CAPABILITIES,
+    LIVE_DEVICE_WITH_PAUSE,
     TOUCH_DEVICE,
     LINK_DEVICE,
     INVOCATION,

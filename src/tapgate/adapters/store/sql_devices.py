@@ -13,6 +13,7 @@ from sqlalchemy import delete, func, insert, select, update
 from tapgate.adapters.store import queries as q
 from tapgate.adapters.store import tables as t
 from tapgate.adapters.store.sql_base import Repo, insert_into
+from tapgate.domain.console import ALL_AGENTS
 from tapgate.domain.devices import (
     Capability,
     Declared,
@@ -31,6 +32,19 @@ from tapgate.domain.passkeys import Passkey
 def _stored_capability(definition: str) -> Capability:
     """A stored capability, parsed once per distinct definition (they were checked on the way in)."""
     return parse_capability(json.loads(definition), "stored").capability
+
+
+def _first_device(rows: Sequence[Any]) -> Device | None:
+    """The first device of ``rows`` (``*_WITH_CAPABILITIES``), with its capabilities."""
+    if not rows:
+        return None
+    first = rows[0]
+    declared = tuple(
+        Declared(_stored_capability(r.definition), r.granted)
+        for r in rows
+        if r.device_uid == first.device_uid and r.definition is not None
+    )
+    return _device(first, declared)
 
 
 def _device(r: Any, capabilities: tuple[Declared, ...]) -> Device:
@@ -94,19 +108,16 @@ class SqlDevices(Repo):
 
     async def _load_one(self, statement: Any, **values: Any) -> Device | None:
         """The first device ``statement`` finds, with its capabilities (``*_WITH_CAPABILITIES``)."""
-        rows = (await self.conn.execute(statement, {"tenant": self.tenant_id, **values})).all()
-        if not rows:
-            return None
-        first = rows[0]
-        declared = tuple(
-            Declared(_stored_capability(r.definition), r.granted)
-            for r in rows
-            if r.device_uid == first.device_uid and r.definition is not None
-        )
-        return _device(first, declared)
+        return _first_device((await self.conn.execute(statement, {"tenant": self.tenant_id, **values})).all())
 
     async def get(self, user_id: str, device_id: str) -> Device | None:
         return await self._load_one(q.LIVE_DEVICE_WITH_CAPABILITIES, user=user_id, device=device_id)
+
+    async def get_with_pause(self, user_id: str, device_id: str) -> tuple[Device | None, datetime | None]:
+        values = {"tenant": self.tenant_id, "user": user_id, "device": device_id, "agent": ALL_AGENTS}
+        rows = (await self.conn.execute(q.LIVE_DEVICE_WITH_PAUSE, values)).all()
+        until = rows[0].paused_until if rows else await self.conn.scalar(q.PAUSED_UNTIL, values)
+        return _first_device(rows), until if isinstance(until, datetime) else None
 
     async def by_uid(self, device_uid: str) -> Device | None:
         return await self._load_one(q.DEVICE_BY_UID_WITH_CAPABILITIES, uid=device_uid)
