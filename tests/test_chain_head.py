@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator
 import asyncpg
 import pytest
 
+from tapgate.adapters.store.counting import COUNTS
 from tapgate.adapters.store.sql import SqlStore, open_sql_store
 from tapgate.domain.audit import AuditRecord
 from tapgate.ports import Store, UnitOfWork
@@ -182,3 +183,24 @@ async def test_many_writers_and_a_follower_agree_on_one_exact_order(
     assert sorted(await actions(store, tenant)) == sorted(f"w{n}" for n in range(writers))
     assert [seq for seq, _ in followed] == list(range(1, writers + 1))
     assert sorted(kind for _, kind in followed) == sorted(f"w{n}" for n in range(writers))
+
+
+async def test_the_sealer_seals_a_steady_stream_of_writes_in_batches_not_one_by_one(
+    store: SqlStore, postgres: PostgresDatabase
+) -> None:
+    """Every write leaves its rows pending and marks its tenant; the sealer seals a marked tenant once a
+    ``DELAY``, however many writes came meanwhile. (A sealer that kept sealing while marks kept coming
+    sealed about once a write: as many transactions again.)"""
+    tenant = await _world(store)
+    loop = asyncio.get_running_loop()
+    started, before, writes = loop.time(), COUNTS.transactions, 0
+    while writes < 60 or (loop.time() - started < 2.5 * store._sealer.DELAY and writes < 500):
+        await asyncio.wait_for(write(store, tenant, f"w{writes}"), WAIT)
+        writes += 1
+    extra = COUNTS.transactions - before - writes
+    passes_at_most = (loop.time() - started) / store._sealer.DELAY + 2
+    assert extra <= passes_at_most, (
+        f"{extra} transactions beside {writes} writes in {passes_at_most - 2:.1f} delays"
+    )
+    assert await asyncio.wait_for(verify_audit(store, tenant), WAIT) == writes
+    assert await events(store, tenant) == [(n + 1, f"w{n}") for n in range(writes)]
