@@ -12,7 +12,7 @@ import pytest
 
 from tapgate.bench.profile import summarize
 from tapgate.bench.rows import BY_NAME, SPECS, Row, select
-from tapgate.bench.runner import targets
+from tapgate.bench.runner import median_turn, targets
 
 
 def test_the_smoke_run_measures_every_sqlite_row_and_skips_postgres_saying_why(tmp_path: Path) -> None:
@@ -149,3 +149,36 @@ def test_a_ratio_to_a_floor_measured_on_a_busy_machine_says_so() -> None:
     ]
     [judged] = [t for t in targets([floor, tapgate]) if t["row"] == "throughput-sqlite"]
     assert judged["mark"] == "met" and judged["caveats"] == tapgate.caveats
+
+
+def test_a_durable_floor_and_its_rows_are_measured_in_alternating_turns_keeping_each_rows_median(
+    tmp_path: Path,
+) -> None:
+    bench = ["bench", "--smoke", "--turns", "3", "--only", "roundtrip-ws-sqlite", "--out", str(tmp_path)]
+    run = subprocess.run(
+        [sys.executable, "-m", "tapgate", *bench],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "COLUMNS": "200"},
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    said = [line.strip() for line in run.stdout.splitlines()]
+    turns = [line.split(": ")[1].split()[0] for line in said if line.startswith("turn ")]
+    # each turn: the durable floor, then the row judged against it
+    assert turns == 3 * ["roundtrip-ws-floor-sqlite", "roundtrip-ws-sqlite"]
+    results = {r["name"]: r for r in json.loads((tmp_path / "results.json").read_text())["rows"]}
+    for name in ("roundtrip-ws-floor-sqlite", "roundtrip-ws-sqlite"):
+        turns = results[name]["detail"]["turns"]
+        assert len(turns) == 3 and results[name]["value"] == sorted(turns)[1]
+
+
+def test_a_row_keeps_its_median_turn_and_a_row_no_turn_measured_stays_skipped() -> None:
+    spec = BY_NAME["roundtrip-ws-sqlite"]
+    rows = [Row(spec, value=v, detail={"n": n}) for n, v in enumerate((3.0, 9.0, 2.0))]
+    chosen = median_turn(rows)
+    assert chosen.value == 3.0 and chosen.detail == {"n": 0, "turns": [3.0, 9.0, 2.0]}
+    even = median_turn([Row(spec, value=5.0), Row(spec, value=4.0)])
+    assert even.value == 4.0  # the lower middle: a row is not judged on its better half
+    skipped = median_turn([Row(spec, skipped="no round trip completed"), Row(spec, skipped="again")])
+    assert skipped.value is None and skipped.skipped == "no round trip completed"

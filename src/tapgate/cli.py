@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import dataclasses
 import json
 import logging
 import os
@@ -604,6 +605,16 @@ def bench(
             "--profile", help="Sample the servers with py-spy in each timed window (OUT/profile-ROW-*.txt)."
         ),
     ] = False,
+    turns: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            max=9,
+            help="Measure each durable floor and the rows judged against it in this many alternating "
+            "turns, keeping each row's median (default: 3 in a full run, 1 otherwise).",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """The benchmark suite of DESIGN §11: tapgate against a floor, in one run; prints a table and writes
     results.json and results.png."""
@@ -633,8 +644,9 @@ def bench(
         typer.echo(str(e), err=True)
         raise typer.Exit(2) from None
     admin = postgres_admin or os.environ.get("TAPGATE_BENCH_POSTGRES_ADMIN") or DEFAULT_POSTGRES_ADMIN
+    sizes = SMOKE if smoke else QUICK if quick else FULL
     options = Options(
-        sizes=SMOKE if smoke else QUICK if quick else FULL,
+        sizes=sizes if turns is None else dataclasses.replace(sizes, turns=turns),
         mode="smoke" if smoke else "quick" if quick else "full",
         only=only or [],
         out=out,

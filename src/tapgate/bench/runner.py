@@ -1,9 +1,14 @@
 """``tapgate bench``: start the servers each row needs, measure, judge against DESIGN §16, report.
 
 Rows are measured in groups that share a server, in this order: the raw verify rate (no server), the
-floor, the durable floor on sqlite3, tapgate on SQLite (round trips, then throughput), the durable floor on
-asyncpg and tapgate on PostgreSQL (one worker, then two), ingest, approvals, and the idle devices (a fresh
-server per connection kind, so RSS counts nothing else).
+floor, the durable floor on sqlite3 beside tapgate on SQLite, the durable floor on asyncpg beside tapgate
+on PostgreSQL with one worker (then two workers alone), ingest, approvals, the chain head, the idle devices
+(a fresh server per connection kind, so RSS counts nothing else) and scale-out.
+
+A durable floor and the rows judged against it run at once and are measured in alternating turns (three
+in a full run, ``--turns``): each turn takes the floor's WebSocket round trip, then tapgate's, then the
+long-poll pair, then the throughput pair, and each row keeps its median turn. On a shared machine a burst
+of other work then lands on one turn of one row, not on a floor and so on every ratio judged against it.
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ import resource
 import subprocess
 import tempfile
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -37,6 +42,16 @@ from tapgate.bench.stage import Sizes, Stage
 
 CHAIN = {"chain-postgres-spread", "chain-postgres-one"}
 DEFAULT_POSTGRES_ADMIN = "postgresql://postgres@127.0.0.1:5432/postgres"
+_DURABLE = "Durable floor on {}: the floor plus one commit at invoke and one at the answer"
+# The rows each server of a durable-floor comparison measures, by kind of measurement.
+_SIDES: dict[str, dict[str, str]] = {
+    side: {
+        "roundtrip-ws": f"roundtrip-ws-{side}",
+        "roundtrip-lp": f"roundtrip-lp-{side}",
+        "throughput": f"throughput-{side}" if side != "postgres" else "throughput-postgres-1",
+    }
+    for side in ("floor-sqlite", "sqlite", "floor-postgres", "postgres")
+}
 
 
 @dataclass
@@ -154,6 +169,37 @@ def _two_workers(rows: list[Row]) -> list[dict[str, Any]]:
     ]
 
 
+def _rows_of(side: str) -> set[str]:
+    return set(_SIDES[side].values())
+
+
+@dataclass(frozen=True)
+class _Side:
+    """One running server of a durable-floor comparison, with the pairs seeded on it."""
+
+    key: str  # of _SIDES
+    served: Served
+    pairs: list[seed.Pair]
+
+    def measure(self, stage: Stage, kind: str, name: str) -> Callable[[], Awaitable[Row]]:
+        if kind == "throughput":
+            return lambda: scenarios.throughput(stage, name, self.served, self.pairs)
+        device = kind.removeprefix("roundtrip-")
+        return lambda: scenarios.roundtrip(stage, name, self.served, self.pairs[0], device)
+
+
+def median_turn(rows: list[Row]) -> Row:
+    """The turn of a row measured in turns whose value is the median (the lower middle of an even
+    count), with every turn's value in its details; a row no turn measured stays skipped."""
+    measured = sorted((r for r in rows if r.value is not None), key=lambda r: r.value or 0.0)
+    if not measured:
+        return rows[0]
+    chosen = measured[(len(measured) - 1) // 2]
+    if len(rows) > 1:
+        chosen.detail["turns"] = [r.value for r in rows]
+    return chosen
+
+
 def raise_file_limit() -> int:
     """Raise this process's open-file limit to its hard limit; the servers and clients inherit it."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -250,10 +296,8 @@ class Bench:
                     self.keep(row)
         if want & {"roundtrip-ws-floor", "roundtrip-lp-floor", "throughput-floor"}:
             await self.floor(want)
-        if want & {"roundtrip-ws-floor-sqlite", "roundtrip-lp-floor-sqlite", "throughput-floor-sqlite"}:
-            await self.durable_floor(want, "sqlite", "sqlite:" + str(self.stage.work / "floor.db"))
-        if want & {"roundtrip-ws-sqlite", "roundtrip-lp-sqlite", "throughput-sqlite"}:
-            await self.invocations_sqlite(want)
+        if want & (_rows_of("floor-sqlite") | _rows_of("sqlite")):
+            await self.on_sqlite(want)
         postgres_rows = {
             s.name for s in specs if s.postgres and s.name not in scaleout.NAMES and s.name not in CHAIN
         }
@@ -281,29 +325,46 @@ class Bench:
             if "throughput-floor" in want:
                 self.keep(await scenarios.throughput(self.stage, "throughput-floor", served, pairs))
 
-    async def durable_floor(self, want: set[str], engine: str, database: str) -> None:
-        self.say(f"Durable floor on {engine}: the floor plus one commit at invoke and one at the answer")
-        served = Served.floor(self.stage.logs, database, name=f"floor-{engine}")
-        async with self.stage.serving(served):
-            pairs = await seed.floor_pairs(served.url, max(1, self.sizes.pairs))
-            for device in ("ws", "lp"):
-                name = f"roundtrip-{device}-floor-{engine}"
-                if name in want:
-                    self.keep(await scenarios.roundtrip(self.stage, name, served, pairs[0], device))
-            name = f"throughput-floor-{engine}"
-            if name in want:
-                self.keep(await scenarios.throughput(self.stage, name, served, pairs))
+    async def on_sqlite(self, want: set[str]) -> None:
+        """The durable floor on sqlite3 and tapgate on SQLite, both served at once and measured in turns."""
+        async with contextlib.AsyncExitStack() as held:
+            sides: list[_Side] = []
+            if want & _rows_of("floor-sqlite"):
+                self.say(_DURABLE.format("sqlite"))
+                database = "sqlite:" + str(self.stage.work / "floor.db")
+                served = Served.floor(self.stage.logs, database, name="floor-sqlite")
+                floor = await held.enter_async_context(self.stage.serving(served))
+                pairs = await seed.floor_pairs(floor.url, max(1, self.sizes.pairs))
+                sides.append(_Side("floor-sqlite", floor, pairs))
+            if want & _rows_of("sqlite"):
+                self.say("tapgate on SQLite, one worker")
+                served, _, tenant = await held.enter_async_context(self.sqlite("invocations"))
+                pairs = await seed.tapgate_pairs(served.url, tenant, max(1, self.sizes.pairs))
+                sides.append(_Side("sqlite", served, pairs))
+            await self.in_turns(want, sides)
 
-    async def invocations_sqlite(self, want: set[str]) -> None:
-        self.say("tapgate on SQLite, one worker")
-        async with self.sqlite("invocations") as (served, _, tenant):
-            pairs = await seed.tapgate_pairs(served.url, tenant, max(1, self.sizes.pairs))
-            for device in ("ws", "lp"):
-                name = f"roundtrip-{device}-sqlite"
-                if name in want:
-                    self.keep(await scenarios.roundtrip(self.stage, name, served, pairs[0], device))
-            if "throughput-sqlite" in want:
-                self.keep(await scenarios.throughput(self.stage, "throughput-sqlite", served, pairs))
+    async def in_turns(self, want: set[str], sides: list[_Side]) -> None:
+        """Each wanted row of ``sides`` (servers running at once), measured ``turns`` times: a turn takes
+        every row once, a durable floor right before the rows judged against it (the WebSocket round
+        trips, then the long-poll ones, then throughput). Each row keeps its median turn, so a burst of
+        other work on a shared machine moves one turn of one row, not a ratio."""
+        measures: list[tuple[str, Callable[[], Awaitable[Row]]]] = []
+        for kind in ("roundtrip-ws", "roundtrip-lp", "throughput"):
+            for side in sides:
+                name = _SIDES[side.key].get(kind)
+                if name in want and name is not None:
+                    measures.append((name, side.measure(self.stage, kind, name)))
+        taken: dict[str, list[Row]] = {name: [] for name, _ in measures}
+        turns = self.sizes.turns
+        for turn in range(1, turns + 1):
+            for name, measure in measures:
+                row = await measure()
+                taken[name].append(row)
+                if turns > 1:
+                    shown = f"{row.value:,.2f} {row.spec.unit}" if row.value is not None else "skipped"
+                    self.say(f"  turn {turn} of {turns}: {name} {shown}")
+        for rows in taken.values():
+            self.keep(median_turn(rows))
 
     async def postgres(self, want: set[str]) -> None:
         admin = self.options.postgres_admin
@@ -315,27 +376,28 @@ class Bench:
             self.say(f"Skipping the PostgreSQL rows: {why}")
             return
         self.stage.with_postgres = True
-        floors = want & {
-            "roundtrip-ws-floor-postgres",
-            "roundtrip-lp-floor-postgres",
-            "throughput-floor-postgres",
-        }
-        if floors:
-            async with plain_postgres_database(admin) as floor_url:
-                await self.durable_floor(floors, "postgres", floor_url)
         async with postgres_database(admin) as url:
             tenant = await seed.new_tenant(url)
             config = write_config(self.stage.work / "postgres", url)
-            self.say("tapgate on PostgreSQL, one worker")
-            async with self.stage.serving(Served.tapgate("postgres-1", config, self.stage.logs)) as served:
-                pairs = await seed.tapgate_pairs(served.url, tenant, max(1, self.sizes.pairs))
-                for device in ("ws", "lp"):
-                    name = f"roundtrip-{device}-postgres"
-                    if name in want:
-                        self.keep(await scenarios.roundtrip(self.stage, name, served, pairs[0], device))
-                if "throughput-postgres-1" in want:
-                    self.keep(await scenarios.throughput(self.stage, "throughput-postgres-1", served, pairs))
-            if "throughput-postgres-2" in want:
+            pairs: list[seed.Pair] = []
+            async with contextlib.AsyncExitStack() as held:
+                sides: list[_Side] = []
+                if want & _rows_of("floor-postgres"):
+                    self.say(_DURABLE.format("postgres"))
+                    floor_url = await held.enter_async_context(plain_postgres_database(admin))
+                    served = Served.floor(self.stage.logs, floor_url, name="floor-postgres")
+                    floor = await held.enter_async_context(self.stage.serving(served))
+                    floor_pairs = await seed.floor_pairs(floor.url, max(1, self.sizes.pairs))
+                    sides.append(_Side("floor-postgres", floor, floor_pairs))
+                if want & _rows_of("postgres") or "throughput-postgres-2" in want:
+                    self.say("tapgate on PostgreSQL, one worker")
+                    one = await held.enter_async_context(
+                        self.stage.serving(Served.tapgate("postgres-1", config, self.stage.logs))
+                    )
+                    pairs = await seed.tapgate_pairs(one.url, tenant, max(1, self.sizes.pairs))
+                    sides.append(_Side("postgres", one, pairs))
+                await self.in_turns(want, sides)
+            if "throughput-postgres-2" in want:  # alone: the one-worker server has stopped
                 self.say("tapgate on PostgreSQL, two workers")
                 two = Served.tapgate("postgres-2", config, self.stage.logs, workers=2)
                 async with self.stage.serving(two) as served:

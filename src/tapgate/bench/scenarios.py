@@ -63,7 +63,7 @@ async def _window(
 ) -> tuple[float, float, dict[str, float], dict[str, float]]:
     """Open the same timed window on every client; the cores each side used inside it, and (given the
     server) the database work it counted inside it."""
-    meter = stage.meter()
+    meter = stage.meter(served)
     start = time.monotonic() + warmup
     end = start + seconds
     for client in clients:
@@ -124,7 +124,7 @@ async def roundtrip(stage: Stage, name: str, served: Served, pair: Pair, device:
     async with stage.load([job], name) as [client]:
         await client.expect("ready", 60)
         counted = await db_counts(served)
-        meter = stage.meter()
+        meter = stage.meter(served)
         before = meter.snapshot()
         # Warm-up takes at most a quarter of the measuring time, measuring at most all of it.
         warm_until = time.monotonic() + sizes.roundtrip_seconds / 4

@@ -44,6 +44,7 @@ class Sizes:
     idle_seconds: float  # connecting and settling, per kind of connection
     hold_seconds: float  # then holding them: memory sampled thrice, the server's CPU and database metered
     shared_sqlite: bool = False  # one SQLite server for every SQLite row (the smoke run's speed)
+    turns: int = 1  # each durable floor and the rows judged against it, measured in this many turns
 
 
 FULL = Sizes(
@@ -65,6 +66,7 @@ FULL = Sizes(
     verify_seconds=1.0,
     idle_seconds=40,
     hold_seconds=26,  # past one renewal of every held link (each 25 s): the database's idle rate is whole
+    turns=3,
 )
 QUICK = Sizes(
     roundtrip_warmup=20,
@@ -176,9 +178,12 @@ class Stage:
     with_postgres: bool = False
     profiles: Path | None = None  # where py-spy's samples of each timed window go (--profile)
 
-    def meter(self) -> Meter:
+    def meter(self, served: Served | None = None) -> Meter:
+        """What the servers (only ``served``, if given: the others are "other"), the load clients and
+        PostgreSQL use."""
+        servers = [served] if served is not None else self.servers
         groups: dict[str, Any] = {
-            "server": lambda: [p for s in self.servers for p in s.processes()],
+            "server": lambda: [p for s in servers for p in s.processes()],
             "client": lambda: [_process(c.pid) for c in self.clients if c.process.returncode is None],
         }
         if self.with_postgres:
