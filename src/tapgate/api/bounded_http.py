@@ -11,14 +11,15 @@ import asyncio
 import json
 from typing import Any
 
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from tapgate.api.one_write import OneWriteHttp
 
 _REASONS = {408: b"Request Timeout", 431: b"Request Header Fields Too Large"}
 
 
-class BoundedHttp(HttpToolsProtocol):
+class BoundedHttp(OneWriteHttp):
     """Named by import path, so uvicorn's worker processes get it too; ``bound`` sets the limits from
-    the settings in each process before it serves."""
+    the settings in each process before it serves. Each response of known length goes in one write
+    (``one_write.py``)."""
 
     max_head = 16_384
     head_seconds = 10.0
