@@ -11,15 +11,14 @@ import asyncio
 import json
 from typing import Any
 
-from tapgate.api.one_write import OneWriteHttp
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 _REASONS = {408: b"Request Timeout", 431: b"Request Header Fields Too Large"}
 
 
-class BoundedHttp(OneWriteHttp):
+class BoundedHttp(HttpToolsProtocol):
     """Named by import path, so uvicorn's worker processes get it too; ``bound`` sets the limits from
-    the settings in each process before it serves. Each response of known length goes in one write
-    (``one_write.py``)."""
+    the settings in each process before it serves."""
 
     max_head = 16_384
     head_seconds = 10.0
