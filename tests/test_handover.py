@@ -6,6 +6,7 @@ woken by anything else reads, and nothing is left held once the calls end."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import replace
 
 import httpx
@@ -195,6 +196,65 @@ async def test_a_live_link_sends_a_call_written_in_its_process_without_reading_i
         assert COUNTS.transactions - before == 1  # the link's read
     finally:
         await frames.aclose()
+
+
+async def test_a_long_poll_takes_a_call_written_in_its_process_without_reading_it(
+    device_api: httpx.AsyncClient,
+) -> None:
+    """A long-poll that is waiting gets a call written in its process as the call's unit of work handed
+    it: between the call and the poll's answer the only transaction is the call's own. A call written
+    with a plain wake, as another process writes one, is read."""
+    _, agent, lamp = await _lamp_and_agent(device_api)
+    gateway = device_api.app.state.gateway  # type: ignore[attr-defined]
+    hands = gateway.hands
+    for turn in range(3):  # the first fills the caches
+        await hands.flush()  # the marks of the turn before: written now, not inside the count below
+        looked = COUNTS.transactions
+        polling = asyncio.create_task(
+            device_api.get("/v1/device/invocations", params={"wait": 20}, headers=bearer(lamp))
+        )
+        await _until(lambda looked=looked: COUNTS.transactions > looked)  # its first look read: it waits
+        before, batches = COUNTS.transactions, hands.batches
+        waiting = _waiting_call(device_api, agent)
+        [call] = (await asyncio.wait_for(polling, timeout=20)).json()["invocations"]
+        if turn:
+            assert COUNTS.transactions - before - (hands.batches - batches) == 1  # the call's own
+        await _answer(device_api, lamp, call["id"])
+        assert (await asyncio.wait_for(waiting, timeout=20)).json()["status"] == "done"
+    # A row written with a plain wake (this process did not hand it) is read.
+    [tenant] = await gateway.store.tenant_ids()
+    caller = await gateway.authenticate_device(lamp, present=False)
+    await hands.flush()
+    looked = COUNTS.transactions
+    polling = asyncio.create_task(
+        device_api.get("/v1/device/invocations", params={"wait": 20}, headers=bearer(lamp))
+    )
+    await _until(lambda: COUNTS.transactions > looked)
+    async with gateway.store.unit_of_work(tenant) as uow:
+        answered = await uow.invocations.get("ana", call["id"])
+        assert answered is not None
+        other = replace(
+            answered,
+            invocation_id="inv_from_elsewhere",
+            status=Status.PENDING,
+            resolved_at=None,
+            message=None,
+            delivered_at=None,
+        )
+        await uow.invocations.add(other)
+        uow.notify(device_key(tenant, caller.device.device_uid))
+    before, batches = COUNTS.transactions, hands.batches
+    [call] = (await asyncio.wait_for(polling, timeout=20)).json()["invocations"]
+    assert call["id"] == "inv_from_elsewhere"
+    assert COUNTS.transactions - before - (hands.batches - batches) == 1  # the poll's read
+
+
+async def _until(condition: Callable[[], bool]) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 20
+    while not condition():
+        assert loop.time() < deadline, "the condition never held"
+        await asyncio.sleep(0.001)
 
 
 async def test_a_wake_hands_its_values_only_to_a_waiter_nothing_else_woke() -> None:

@@ -47,20 +47,61 @@ async def pending(
     """The long-poll: the device's pending invocations it does not hold, waiting up to ``wait`` seconds
     for one. A call handed to the device is handed again only ``redelivery_seconds`` later, so a device
     that holds its work waits here instead of spinning (``hands`` remembers when); ``held`` are calls a
-    live link of this process holds for the device (handed over there, with no mark written)."""
+    live link of this process holds for the device (handed over there, with no mark written).
+
+    It reads when it begins, and again whenever it is woken, except where only new calls written in this
+    process woke it (``invoking.deliver`` hands them with the wake) and the device has no push target:
+    those are answered as written, without a read, as a live link sends them (``linking.py``). Anything
+    else that wakes it (another process's notification, a sweep, a held call's time) makes it read."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + max(0.0, min(wait, 60.0))
     tenant, uid = caller.principal.tenant_id, caller.device.device_uid
-    with ctx.wake.subscribe(device_key(tenant, uid)) as woken:
+    awake = asyncio.Event()  # set with ``woken``, which then keeps what was handed with its wakes
+    handed: list[Invocation] | None = None
+    held_until: datetime | None = None
+    with ctx.wake.subscribe(device_key(tenant, uid), also=awake) as woken:
         while True:
             woken.clear()
-            found, held_until = await _take(ctx, caller, hands, skip=held)
+            awake.clear()
+            if handed is None:
+                found, held_until = await _take(ctx, caller, hands, skip=held)
+            else:
+                found = _take_handed(ctx, caller, hands, handed, skip=held)
             left = deadline - loop.time()
             if found or left <= 0:
                 return found
             if held_until is not None:  # wake when the first held call may be handed again
                 left = min(left, max(0.0, (held_until - ctx.clock.now()).total_seconds()) + 0.01)
-            await sleep_until_woken(ctx, woken, left)
+            await sleep_until_woken(ctx, awake, left)
+            handed = None
+            if woken.is_set() and caller.device.push is None and not ctx.wake.degraded:
+                handed = new_calls(ctx.wake.handed(woken))
+
+
+def new_calls(handed: list[object] | None) -> list[Invocation] | None:
+    """The new calls handed with a device's wakes (``invoking.deliver``), or None: read instead."""
+    if handed is None or not all(isinstance(i, Invocation) for i in handed):
+        return None
+    return [i for i in handed if isinstance(i, Invocation)]
+
+
+def _take_handed(
+    ctx: Context, caller: DeviceCaller, hands: HandedCalls, calls: list[Invocation], skip: Collection[str]
+) -> list[Invocation]:
+    """``_take`` for calls handed with the wake, as written: the same filters, no read; their marks go
+    in ``hands``' next batch (the device has no push target)."""
+    now = ctx.clock.now()
+    tenant = caller.principal.tenant_id
+    found = [
+        i
+        for i in calls
+        if not i.due(now)
+        and i.invocation_id not in skip
+        and hands.handed_at(tenant, i.invocation_id, i.delivered_at) is None
+    ][:MAX_FETCH]
+    if found:
+        hands.note(tenant, caller.device.device_uid, [i.invocation_id for i in found], now)
+    return found
 
 
 async def take_pending(uow: UnitOfWork, caller: DeviceCaller, now: datetime) -> list[Invocation]:

@@ -32,7 +32,6 @@ from tapgate.domain.frames import (
     invoke_frame,
     notice_frame,
 )
-from tapgate.domain.invocations import Invocation
 from tapgate.services import answering, devices
 from tapgate.services.answering import AlreadyAnswered
 from tapgate.services.context import Context, device_key, inbox_key, notices_key, wait_slice
@@ -70,7 +69,7 @@ async def frames(
             look_at_approvals = look_at_notices = True
             while True:
                 work_woke = work.is_set()
-                handed = _new_calls(ctx.wake.handed(work)) if work_woke else None
+                handed = answering.new_calls(ctx.wake.handed(work)) if work_woke else None
                 woken.clear()
                 work.clear()
                 asks.clear()
@@ -137,13 +136,6 @@ async def frames(
     finally:
         with contextlib.suppress(TapgateError):
             await devices.close_link(ctx.store, ctx.clock, caller)
-
-
-def _new_calls(handed: list[object] | None) -> list[Invocation] | None:
-    """The new calls handed with the link's wakes (``invoking.deliver``), or None: read instead."""
-    if handed is None or not all(isinstance(i, Invocation) for i in handed):
-        return None
-    return [i for i in handed if isinstance(i, Invocation)]
 
 
 async def _linked(ctx: Context, tenant_id: str, delivery_ids: list[str]) -> None:
