@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from dataclasses import replace
+from typing import Any
 
 import httpx
 
@@ -177,19 +178,7 @@ async def test_a_live_link_sends_a_call_written_in_its_process_without_reading_i
                 assert COUNTS.transactions - before == 2  # the call and its answer
         # A row written with a plain wake, as another process writes one (this one did not hand it),
         # is read.
-        [tenant] = await gateway.store.tenant_ids()
-        async with gateway.store.unit_of_work(tenant) as uow:
-            answered = await uow.invocations.get("ana", frame["callId"])
-            assert answered is not None
-            other = replace(
-                answered,
-                invocation_id="inv_from_elsewhere",
-                status=Status.PENDING,
-                resolved_at=None,
-                message=None,
-            )
-            await uow.invocations.add(other)
-            uow.notify(device_key(tenant, caller.device.device_uid))
+        await _written_elsewhere(gateway, frame["callId"], caller.device.device_uid)
         before = COUNTS.transactions
         frame = await asyncio.wait_for(anext(frames), timeout=20)
         assert frame["callId"] == "inv_from_elsewhere"
@@ -222,7 +211,6 @@ async def test_a_long_poll_takes_a_call_written_in_its_process_without_reading_i
         await _answer(device_api, lamp, call["id"])
         assert (await asyncio.wait_for(waiting, timeout=20)).json()["status"] == "done"
     # A row written with a plain wake (this process did not hand it) is read.
-    [tenant] = await gateway.store.tenant_ids()
     caller = await gateway.authenticate_device(lamp, present=False)
     await hands.flush()
     looked = COUNTS.transactions
@@ -230,8 +218,19 @@ async def test_a_long_poll_takes_a_call_written_in_its_process_without_reading_i
         device_api.get("/v1/device/invocations", params={"wait": 20}, headers=bearer(lamp))
     )
     await _until(lambda: COUNTS.transactions > looked)
+    await _written_elsewhere(gateway, call["id"], caller.device.device_uid)
+    before, batches = COUNTS.transactions, hands.batches
+    [call] = (await asyncio.wait_for(polling, timeout=20)).json()["invocations"]
+    assert call["id"] == "inv_from_elsewhere"
+    assert COUNTS.transactions - before - (hands.batches - batches) == 1  # the poll's read
+
+
+async def _written_elsewhere(gateway: Any, answered_id: str, device_uid: str) -> None:
+    """A new pending call for the device, a copy of an answered one, written with a plain wake as another
+    process writes one (this process hands it nothing)."""
+    [tenant] = await gateway.store.tenant_ids()
     async with gateway.store.unit_of_work(tenant) as uow:
-        answered = await uow.invocations.get("ana", call["id"])
+        answered = await uow.invocations.get("ana", answered_id)
         assert answered is not None
         other = replace(
             answered,
@@ -242,11 +241,7 @@ async def test_a_long_poll_takes_a_call_written_in_its_process_without_reading_i
             delivered_at=None,
         )
         await uow.invocations.add(other)
-        uow.notify(device_key(tenant, caller.device.device_uid))
-    before, batches = COUNTS.transactions, hands.batches
-    [call] = (await asyncio.wait_for(polling, timeout=20)).json()["invocations"]
-    assert call["id"] == "inv_from_elsewhere"
-    assert COUNTS.transactions - before - (hands.batches - batches) == 1  # the poll's read
+        uow.notify(device_key(tenant, device_uid))
 
 
 async def _until(condition: Callable[[], bool]) -> None:
