@@ -381,6 +381,25 @@ async def test_pending_calls_of_a_device_come_oldest_first_and_open_ones_include
         assert await uow.invocations.pending_for("e" * 16, 10) == []
 
 
+async def test_a_reading_unit_of_work_reads_what_was_committed_as_a_unit_of_work_does(store: Store) -> None:
+    """``Store.reading``: the device's pending calls, a call and a device's presence, as committed (what
+    a long-poll's first look, a live link's fetch and the agent's read ask)."""
+    tenant = await _with_device(store)
+    uid = "d" * 16
+    async with store.unit_of_work(tenant) as uow:
+        await uow.invocations.add(_invocation(tenant, "inv-b", at=2))
+        await uow.invocations.add(_invocation(tenant, "inv-a", at=1))
+    async with store.reading(tenant) as uow:
+        assert [i.invocation_id for i in await uow.invocations.pending_for(uid, 10)] == ["inv-a", "inv-b"]
+        assert await uow.invocations.get("ana", "inv-a") == _invocation(tenant, "inv-a", at=1)
+        assert await uow.invocations.get("ana", "inv-z") is None
+        assert await uow.invocations.get("bob", "inv-a") is None  # an id is its user's own
+        assert await uow.devices.presence(uid) == Presence(DeviceStatus.ACTIVE, None, False)
+        assert await uow.devices.presence("0" * 16) is None
+    async with store.reading(tenant_name()) as uow:  # a tenant with nothing yet reads nothing
+        assert await uow.invocations.pending_for(uid, 10) == []
+
+
 async def test_delivery_notes_the_latest_hand_over_and_ignores_unknown_ids(store: Store) -> None:
     tenant = await _with_device(store)
     async with store.unit_of_work(tenant) as uow:

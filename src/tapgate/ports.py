@@ -379,6 +379,12 @@ class UnitOfWork(Protocol):
 class Store(Protocol):
     def unit_of_work(self, tenant_id: str) -> AbstractAsyncContextManager[UnitOfWork]: ...
 
+    def reading(self, tenant_id: str) -> AbstractAsyncContextManager[UnitOfWork]:
+        """A unit of work that only reads, with the hot reads only (the device's pending calls, a
+        call, a device's presence): each read sees what was committed before it began, as in any unit
+        of work, and may be a transaction of its own. Writing, or waking, in it is a mistake."""
+        ...
+
     async def tenant_ids(self) -> Sequence[str]:
         """Every tenant, for maintenance commands (audit verification)."""
         ...

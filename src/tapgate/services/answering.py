@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Collection, Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -104,6 +105,13 @@ def _take_handed(
     return found
 
 
+def fetching(ctx: Context, caller: DeviceCaller) -> AbstractAsyncContextManager[UnitOfWork]:
+    """The unit of work a fetch of pending calls runs in: one that only reads, unless the device has a
+    push target (its fetch marks what it took)."""
+    tenant = caller.principal.tenant_id
+    return ctx.store.unit_of_work(tenant) if caller.device.push is not None else ctx.store.reading(tenant)
+
+
 async def take_pending(uow: UnitOfWork, caller: DeviceCaller, now: datetime) -> list[Invocation]:
     """Every pending invocation not yet overdue, held or not (what a live link sends; the link itself
     remembers what it sent), read in the link's unit of work. A device with a push target has them
@@ -129,7 +137,7 @@ async def _take(
     found: list[Invocation] = []
     held_until: datetime | None = None
     tenant, uid = caller.principal.tenant_id, caller.device.device_uid
-    async with ctx.store.unit_of_work(tenant) as uow:
+    async with fetching(ctx, caller) as uow:
         for invocation in await uow.invocations.pending_for(uid, MAX_FETCH):
             if invocation.due(now) or invocation.invocation_id in skip:
                 continue

@@ -625,7 +625,7 @@ def _user_of(caller: Principal) -> str:
 
 async def _read(ctx: Context, caller: Principal, invocation_id: str) -> tuple[Invocation, bool | None]:
     """The caller's invocation, and whether its device is online now."""
-    async with ctx.store.unit_of_work(caller.tenant_id) as uow:
+    async with ctx.store.reading(caller.tenant_id) as uow:
         invocation = await uow.invocations.get(_user_of(caller), invocation_id)
         if invocation is None:
             raise NotFound(f"There is no invocation {invocation_id!r}.")

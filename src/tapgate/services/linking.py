@@ -97,7 +97,11 @@ async def frames(
                     look_at_calls = work_woke or not calls or ctx.wake.degraded or look_at_approvals
                     # What the wake asks for is read in one unit of work, then sent outside it.
                     since = now - timedelta(seconds=ctx.limits.notice_life_seconds)
-                    async with ctx.store.unit_of_work(tenant) as uow:
+                    async with (
+                        answering.fetching(ctx, caller)
+                        if not (look_at_approvals or look_at_notices)
+                        else ctx.store.unit_of_work(tenant)
+                    ) as uow:
                         if look_at_calls:
                             pending = await answering.take_pending(uow, caller, now)
                         if look_at_approvals:

@@ -92,6 +92,9 @@ class MemoryStore:
             self._state = work
         self.wake.committed(uow.keys, uow.handed)  # wake this process's waiters at once
 
+    def reading(self, tenant_id: str) -> contextlib.AbstractAsyncContextManager[MemoryUnitOfWork]:
+        return self.unit_of_work(tenant_id)
+
     async def tenant_ids(self) -> Sequence[str]:
         return sorted(self._state.tenants)
 

@@ -10,14 +10,16 @@ building the context, its greenlet hop into the adapter and the cursor emulation
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 from typing import Any
 
 from sqlalchemy.exc import DBAPIError
-from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.sql.base import Executable
 
 from tapgate.adapters.store.counting import COUNTS, WROTE
-from tapgate.adapters.store.raw import RawStatements, Rows
+from tapgate.adapters.store.raw import Compiled, RawStatements, Rows
 
 
 async def begin_for_tenant(conn: AsyncConnection, tenant_id: str) -> None:
@@ -137,3 +139,120 @@ def _rowcount(status: str) -> int:
     """The rows an INSERT, UPDATE or DELETE changed, from its command tag (``UPDATE 1``)."""
     last = status.rpartition(" ")[2]
     return int(last) if last.isdigit() else -1
+
+
+_FUNCTIONS = "tapgate_read_functions"  # a pooled connection's info: each read's function made on it
+
+
+class ReadingConnection:
+    """A reading unit of work's connection on PostgreSQL: each of its reads is one round trip.
+
+    A unit of work begins, sets its tenant and commits: three round trips around a read that is one.
+    Here each read runs alone, as its own transaction, through a function that sets the tenant for that
+    transaction and then runs the read (``_function``): row-level security sees the tenant as always,
+    and the setting ends with the transaction, so a transaction that set no tenant still sees nothing.
+    The function is made from the read's own compiled text, once per pooled connection, in the
+    session's temporary schema (nothing in the database's schema, and nothing to migrate). At READ
+    COMMITTED, two reads in one transaction each see what was committed before they began, as they
+    do here. Only hot reads run here (``raw.py``); anything else is a mistake of its caller.
+    """
+
+    def __init__(self, engine: AsyncEngine, raw: RawStatements, tenant_id: str) -> None:
+        self._engine = engine
+        self._raw = raw
+        self._tenant_id = tenant_id
+        self._conn: AsyncConnection | None = None
+        self._read = False  # a read ran: a connection found dead after that is not replaced silently
+        self.dialect = engine.dialect
+
+    async def execute(self, statement: Executable, parameters: Any = None) -> Rows:
+        compiled = self._raw.find(statement, parameters)
+        if compiled is None or compiled.writes or compiled.row is None:
+            raise TypeError("a reading unit of work runs hot reads only; use unit_of_work")
+        values = compiled.values(parameters or {})
+        COUNTS.statements += 1
+        COUNTS.transactions += 1  # each read is its own transaction
+        for attempt in (1, 2):
+            conn = await self._connection()
+            sync = conn.sync_connection
+            assert sync is not None
+            driver: Any = sync.connection.driver_connection
+            try:
+                call = await self._function(driver, sync.connection.info, compiled)
+                fetched = await driver.fetch(call, *values, self._tenant_id)
+            except Exception as e:
+                if attempt == 1 and _undefined_function(e):  # a pooler or DISCARD dropped it: made again
+                    sync.connection.info.pop(_FUNCTIONS, None)
+                    continue
+                error = _translated(sync.connection.dbapi_connection, driver, conn, compiled.sql, e)
+                if isinstance(error, DBAPIError) and error.connection_invalidated:
+                    await self._drop()
+                    if attempt == 1 and not self._read:  # nothing read yet: once more on a fresh one
+                        continue
+                raise error from e
+            self._read = True
+            return compiled.rows(fetched, len(fetched))
+        raise AssertionError("unreachable")
+
+    async def scalar(self, statement: Executable, parameters: Any = None) -> Any:
+        return (await self.execute(statement, parameters)).scalar()
+
+    async def fetchval(self, sql: str, *values: Any, writes: bool) -> Any:
+        raise TypeError("a reading unit of work runs hot reads only; use unit_of_work")
+
+    def begin_nested(self) -> Any:
+        raise TypeError("a reading unit of work runs hot reads only; use unit_of_work")
+
+    async def close(self) -> None:
+        if self._conn is not None:
+            conn, self._conn = self._conn, None
+            await conn.close()
+
+    async def _connection(self) -> AsyncConnection:
+        if self._conn is None:
+            self._conn = await self._engine.connect().start()  # checked out; no transaction begun
+        return self._conn
+
+    async def _drop(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            with contextlib.suppress(Exception):
+                await conn.invalidate()
+            with contextlib.suppress(Exception):
+                await conn.close()
+
+    async def _function(self, driver: Any, info: dict[str, Any], compiled: Compiled) -> str:
+        """The statement that calls the function that runs ``compiled`` for a tenant on this connection,
+        the function made now if this connection has not made it yet: its parameters and columns typed
+        as PostgreSQL types the read itself, the tenant last."""
+        made: dict[str, str] = info.setdefault(_FUNCTIONS, {})
+        call = made.get(compiled.sql)
+        if call is not None:
+            return call
+        name = "tapgate_read_" + hashlib.sha256(compiled.sql.encode()).hexdigest()[:20]
+        prepared = await driver.prepare(compiled.sql)
+        parameters = [_type_name(p) for p in prepared.get_parameters()]
+        columns = [f"tapgate_{i} {_type_name(a.type)}" for i, a in enumerate(prepared.get_attributes())]
+        tenant = len(parameters) + 1
+        await driver.execute(
+            f"CREATE OR REPLACE FUNCTION pg_temp.{name}({', '.join([*parameters, 'text'])})\n"
+            f"RETURNS TABLE ({', '.join(columns)}) LANGUAGE plpgsql AS $tapgate$\n"
+            f"BEGIN\n"
+            f"  PERFORM set_config('app.tenant_id', ${tenant}, true);\n"
+            f"  RETURN QUERY {compiled.sql};\n"
+            f"END\n"
+            f"$tapgate$"
+        )
+        places = ", ".join(f"${n}" for n in range(1, tenant + 1))
+        call = f"SELECT * FROM pg_temp.{name}({places})"  # noqa: S608 (a digest's name; numbered places)
+        made[compiled.sql] = call
+        return call
+
+
+def _type_name(type_: Any) -> str:
+    """A type asyncpg describes, as SQL names it (``pg_catalog.varchar``, ``pg_catalog._text``)."""
+    return f'"{type_.schema}"."{type_.name}"'
+
+
+def _undefined_function(error: Exception) -> bool:
+    return getattr(error, "sqlstate", None) == "42883"

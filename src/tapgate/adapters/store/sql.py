@@ -22,7 +22,7 @@ from sqlalchemy.sql.base import Executable
 
 from tapgate.adapters.store import tables as t
 from tapgate.adapters.store.counting import count
-from tapgate.adapters.store.postgres_raw import PostgresConnection, begin_for_tenant
+from tapgate.adapters.store.postgres_raw import PostgresConnection, ReadingConnection, begin_for_tenant
 from tapgate.adapters.store.raw import RawStatements
 from tapgate.adapters.store.sql_accounts import SqlCredentials, SqlPauses, SqlTenants, SqlUsers
 from tapgate.adapters.store.sql_base import Conn
@@ -93,9 +93,27 @@ class SqlStore:
                 notify = Notify(CHANNEL, self.origin + " ", list(uow.keys)) if self.database_notify else None
                 await uow.chain.before_commit(notify)
         except DBAPIError as e:
-            # The driver's message can quote row contents: log its class only.
-            log.error("storage error", extra={"error": type(e.orig).__name__})
-            raise StorageError("The database failed; try again, and check the server's health.") from e
+            raise _storage_error(e) from e
+
+    @contextlib.asynccontextmanager
+    async def reading(self, tenant_id: str) -> AsyncIterator[SqlUnitOfWork]:
+        """A unit of work that only reads (the Store port). On PostgreSQL each read is one round trip,
+        its own transaction (``postgres_raw.ReadingConnection``), where a unit of work would add a
+        BEGIN and a COMMIT; on SQLite, where neither costs a round trip, it is a unit of work."""
+        if self.sqlite is not None:
+            async with self.unit_of_work(tenant_id) as uow:
+                yield uow
+            return
+        assert self.engine is not None and self._raw is not None
+        conn = ReadingConnection(self.engine, self._raw, tenant_id)
+        try:
+            uow = SqlUnitOfWork(conn, tenant_id, concurrent=True)
+            yield uow
+            assert not uow.keys, "a reading unit of work wakes nobody"
+        except DBAPIError as e:
+            raise _storage_error(e) from e
+        finally:
+            await conn.close()
 
     async def _begin(
         self, held: contextlib.AsyncExitStack, first: Executable, parameters: dict[str, Any] | None = None
@@ -164,6 +182,12 @@ class SqlStore:
             self.sqlite.close()
         if self.engine is not None:
             await self.engine.dispose()
+
+
+def _storage_error(error: DBAPIError) -> StorageError:
+    # The driver's message can quote row contents: log its class only.
+    log.error("storage error", extra={"error": type(error.orig).__name__})
+    return StorageError("The database failed; try again, and check the server's health.")
 
 
 def _quiet_drivers() -> None:

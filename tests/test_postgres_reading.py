@@ -1,0 +1,133 @@
+"""A reading unit of work on PostgreSQL (``Store.reading``, ``postgres_raw.ReadingConnection``): each read
+is one round trip, a transaction of its own that sets its tenant for itself alone. Row-level security
+holds every read to that tenant, a pooled connection keeps no tenant after it, and a connection the
+server closed, or a function it dropped, costs the read nothing."""
+
+from __future__ import annotations
+
+import asyncpg
+import pytest
+from sqlalchemy import text
+
+from tapgate.adapters.store import queries as q
+from tapgate.adapters.store.sql import SqlStore, open_sql_store
+from tapgate.domain.invocations import Status
+from tests.conftest import PostgresDatabase
+from tests.test_store_contract_ports import _invocation, _with_device
+
+pytestmark = pytest.mark.postgres
+
+UID = "d" * 16
+
+
+async def _store_with_a_call(postgres: PostgresDatabase, pool_size: int = 1) -> tuple[SqlStore, str]:
+    store = open_sql_store(postgres.app_url, pool_size=pool_size)
+    tenant = await _with_device(store, UID)
+    async with store.unit_of_work(tenant) as uow:
+        await uow.invocations.add(_invocation(tenant, "inv-a"))
+    return store, tenant
+
+
+async def _backend_pid(store: SqlStore) -> int:
+    assert store.engine is not None
+    async with store.engine.connect() as conn:  # the pool's one connection
+        return int(await conn.scalar(text("SELECT pg_backend_pid()")))
+
+
+async def test_a_read_runs_alone_and_its_tenant_ends_with_it(postgres: PostgresDatabase) -> None:
+    store, tenant = await _store_with_a_call(postgres)
+    admin = await asyncpg.connect(postgres.admin_url)
+    try:
+        pid = await _backend_pid(store)
+        async with store.reading(tenant) as uow:
+            assert await uow.invocations.get("ana", "inv-a") is not None
+            # No transaction stays open around the read: the connection is idle, not idle in one.
+            state = await admin.fetchval("SELECT state FROM pg_stat_activity WHERE pid = $1", pid)
+            assert state == "idle"
+            assert await uow.devices.presence(UID) is not None
+        assert store.engine is not None
+        async with store.engine.connect() as conn:  # the same pooled connection, a transaction of its own
+            assert await conn.scalar(text("SELECT pg_backend_pid()")) == pid
+            assert not await conn.scalar(text("SELECT current_setting('app.tenant_id', true)"))
+            assert await conn.scalar(text("SELECT count(*) FROM invocations")) == 0  # no tenant: nothing
+    finally:
+        await admin.close()
+        await store.close()
+
+
+async def test_a_read_sees_its_own_tenants_rows_only(postgres: PostgresDatabase) -> None:
+    store, tenant = await _store_with_a_call(postgres)
+    try:
+        stranger = await _with_device(store, UID)  # another tenant: the same device uid and call id
+        async with store.unit_of_work(stranger) as uow:
+            await uow.invocations.add(_invocation(stranger, "inv-a"))
+        async with store.reading(tenant) as uow:
+            mine = await uow.conn.execute(q.INVOCATION, {"tenant": tenant, "user": "ana", "id": "inv-a"})
+            assert len(mine.all()) == 1
+            # A read that names another tenant finds nothing: row-level security holds it to its own.
+            theirs = await uow.conn.execute(q.INVOCATION, {"tenant": stranger, "user": "ana", "id": "inv-a"})
+            assert theirs.all() == []
+    finally:
+        await store.close()
+
+
+async def test_each_read_sees_what_was_committed_before_it(postgres: PostgresDatabase) -> None:
+    store, tenant = await _store_with_a_call(postgres, pool_size=2)
+    try:
+        async with store.reading(tenant) as uow:
+            assert [i.invocation_id for i in await uow.invocations.pending_for(UID, 10)] == ["inv-a"]
+            async with store.unit_of_work(tenant) as other:
+                await other.invocations.add(_invocation(tenant, "inv-b", at=1))
+            assert [i.invocation_id for i in await uow.invocations.pending_for(UID, 10)] == ["inv-a", "inv-b"]
+    finally:
+        await store.close()
+
+
+async def test_a_reading_unit_of_work_refuses_to_write(postgres: PostgresDatabase) -> None:
+    store, tenant = await _store_with_a_call(postgres)
+    try:
+        invocation = _invocation(tenant, "inv-a")
+        with pytest.raises(TypeError, match="hot reads only"):
+            async with store.reading(tenant) as uow:
+                await uow.invocations.resolve(invocation.answered(Status.DONE, None, invocation.created_at))
+        with pytest.raises(TypeError, match="hot reads only"):
+            async with store.reading(tenant) as uow:
+                await uow.invocations.add(_invocation(tenant, "inv-b"))
+        async with store.reading(tenant) as uow:  # nothing was written
+            assert [i.invocation_id for i in await uow.invocations.pending_for(UID, 10)] == ["inv-a"]
+    finally:
+        await store.close()
+
+
+async def test_a_read_whose_function_the_session_lost_makes_it_again(postgres: PostgresDatabase) -> None:
+    store, tenant = await _store_with_a_call(postgres)
+    try:
+        async with store.reading(tenant) as uow:
+            assert await uow.invocations.get("ana", "inv-a") is not None
+        assert store.engine is not None
+        async with store.engine.connect() as conn:  # as a pooler resetting the session would
+            await conn.execute(text("DISCARD TEMP"))
+            await conn.commit()
+        async with store.reading(tenant) as uow:
+            assert await uow.invocations.get("ana", "inv-a") is not None
+    finally:
+        await store.close()
+
+
+async def test_a_read_on_a_connection_the_server_closed_reads_on_a_fresh_one(
+    postgres: PostgresDatabase,
+) -> None:
+    store, tenant = await _store_with_a_call(postgres)
+    admin = await asyncpg.connect(postgres.admin_url)
+    try:
+        async with store.reading(tenant) as uow:  # the function is made on the pool's one connection
+            assert await uow.invocations.get("ana", "inv-a") is not None
+        pid = await _backend_pid(store)
+        # With a timeout, PostgreSQL answers once the backend has really ended.
+        assert await admin.fetchval("SELECT pg_terminate_backend($1, 60000)", pid)
+        async with store.reading(tenant) as uow:
+            assert await uow.invocations.get("ana", "inv-a") is not None
+        assert await _backend_pid(store) != pid
+    finally:
+        await admin.close()
+        await store.close()
