@@ -381,6 +381,27 @@ async def test_pending_calls_of_a_device_come_oldest_first_and_open_ones_include
         assert await uow.invocations.pending_for("e" * 16, 10) == []
 
 
+async def test_a_call_comes_with_its_devices_presence_as_stored(store: Store) -> None:
+    """``get_with_presence``: the agent's view of a call, its device's presence read with it."""
+    tenant = await _with_device(store)
+    uid = "d" * 16
+    async with store.unit_of_work(tenant) as uow:
+        await uow.invocations.add(_invocation(tenant, "inv-a"))
+        await uow.devices.set_link(uid, _at(30))
+    async with store.unit_of_work(tenant) as uow:
+        found = await uow.invocations.get_with_presence("ana", "inv-a")
+        assert found == (_invocation(tenant, "inv-a"), Presence(DeviceStatus.ACTIVE, _at(30), False))
+        assert found[1] == await uow.devices.presence(uid)
+        assert await uow.invocations.get_with_presence("ana", "inv-z") == (None, None)
+        assert await uow.invocations.get_with_presence("bob", "inv-a") == (None, None)  # its user's own id
+        await uow.devices.set_link(uid, None)
+        await uow.devices.set_push(uid, PushTarget("webpush", "endpoint"))
+        await uow.devices.set_status(uid, DeviceStatus.REVOKED, _at(40))
+    async with store.reading(tenant) as uow:
+        found = await uow.invocations.get_with_presence("ana", "inv-a")
+        assert found == (_invocation(tenant, "inv-a"), Presence(DeviceStatus.REVOKED, None, True))
+
+
 async def test_a_reading_unit_of_work_reads_what_was_committed_as_a_unit_of_work_does(store: Store) -> None:
     """``Store.reading``: the device's pending calls, a call and a device's presence, as committed (what
     a long-poll's first look, a live link's fetch and the agent's read ask)."""

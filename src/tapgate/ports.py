@@ -139,6 +139,12 @@ class Invocations(Protocol):
 
     async def get(self, user_id: str, invocation_id: str) -> Invocation | None: ...
 
+    async def get_with_presence(
+        self, user_id: str, invocation_id: str
+    ) -> tuple[Invocation | None, Presence | None]:
+        """``get``'s invocation and its device's ``Devices.presence`` (None, None: no such invocation), in
+        one read: the agent's view of a call."""
+
     async def pending_for(self, device_uid: str, limit: int) -> Sequence[Invocation]:
         """The device's pending invocations, oldest first."""
 

@@ -626,10 +626,9 @@ def _user_of(caller: Principal) -> str:
 async def _read(ctx: Context, caller: Principal, invocation_id: str) -> tuple[Invocation, bool | None]:
     """The caller's invocation, and whether its device is online now."""
     async with ctx.store.reading(caller.tenant_id) as uow:
-        invocation = await uow.invocations.get(_user_of(caller), invocation_id)
-        if invocation is None:
-            raise NotFound(f"There is no invocation {invocation_id!r}.")
-        if caller.kind is TokenKind.AGENT and invocation.agent_id != (caller.agent_id or ""):
-            raise NotFound(f"There is no invocation {invocation_id!r}.")  # another agent's: never told apart
-        online = await device_online(uow, invocation, ctx.clock.now())
-    return invocation, online
+        invocation, presence = await uow.invocations.get_with_presence(_user_of(caller), invocation_id)
+    if invocation is None:
+        raise NotFound(f"There is no invocation {invocation_id!r}.")
+    if caller.kind is TokenKind.AGENT and invocation.agent_id != (caller.agent_id or ""):
+        raise NotFound(f"There is no invocation {invocation_id!r}.")  # another agent's: never told apart
+    return invocation, None if presence is None else presence.online(ctx.clock.now())

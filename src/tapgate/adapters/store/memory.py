@@ -365,6 +365,15 @@ class _Invocations(_Repo):
     async def get(self, user_id: str, invocation_id: str) -> Invocation | None:
         return self.state.invocations.get((self.tenant_id, user_id, invocation_id))
 
+    async def get_with_presence(
+        self, user_id: str, invocation_id: str
+    ) -> tuple[Invocation | None, Presence | None]:
+        invocation = await self.get(user_id, invocation_id)
+        if invocation is None:
+            return None, None
+        device = self.state.devices.get((self.tenant_id, invocation.device_uid))
+        return invocation, None if device is None else device.presence()
+
     async def history(
         self, user_id: str, limit: int, agent_id: str | None = None, status: str | None = None
     ) -> Sequence[Invocation]:

@@ -73,6 +73,23 @@ LINK_DEVICE = (
 INVOCATION = select(t.invocations).where(
     _inv.tenant_id == _tenant, _inv.user_id == bindparam("user"), _inv.invocation_id == bindparam("id")
 )
+# A call and its device's presence (``DEVICE_PRESENCE``), one statement: the agent's view of a call.
+INVOCATION_WITH_PRESENCE = (
+    select(
+        t.invocations,
+        _dev.status.label("device_status"),
+        _dev.link_until.label("device_link_until"),
+        _dev.push_kind.label("device_push_kind"),
+    )
+    .select_from(
+        t.invocations.outerjoin(
+            t.devices, (_dev.tenant_id == _inv.tenant_id) & (_dev.device_uid == _inv.device_uid)
+        )
+    )
+    .where(
+        _inv.tenant_id == _tenant, _inv.user_id == bindparam("user"), _inv.invocation_id == bindparam("id")
+    )
+)
 PENDING_FOR = (
     select(t.invocations)
     .where(
@@ -220,6 +237,7 @@ for _statement in (
     TOUCH_DEVICE,
     LINK_DEVICE,
     INVOCATION,
+    INVOCATION_WITH_PRESENCE,
     PENDING_FOR,
     OPEN_FOR,
     MARK_ONE_DELIVERED,

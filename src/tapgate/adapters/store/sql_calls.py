@@ -15,6 +15,7 @@ from tapgate.adapters.store import queries as q
 from tapgate.adapters.store import tables as t
 from tapgate.adapters.store.sql_base import Repo, insert_into
 from tapgate.domain.approvals import SignBlock
+from tapgate.domain.devices import DeviceStatus, Presence
 from tapgate.domain.errors import Conflict, DuplicateInvocation
 from tapgate.domain.inbox import Approval, ApprovalStatus, erased_preview
 from tapgate.domain.ingest import Receipt, Triage
@@ -178,6 +179,19 @@ class SqlInvocations(Repo):
         values = {"tenant": self.tenant_id, "user": user_id, "id": invocation_id}
         r = (await self.conn.execute(q.INVOCATION, values)).first()
         return None if r is None else _invocation(r)
+
+    async def get_with_presence(
+        self, user_id: str, invocation_id: str
+    ) -> tuple[Invocation | None, Presence | None]:
+        values = {"tenant": self.tenant_id, "user": user_id, "id": invocation_id}
+        r = (await self.conn.execute(q.INVOCATION_WITH_PRESENCE, values)).first()
+        if r is None:
+            return None, None
+        if r.device_status is None:
+            return _invocation(r), None
+        return _invocation(r), Presence(
+            DeviceStatus(r.device_status), r.device_link_until, r.device_push_kind is not None
+        )
 
     async def pending_for(self, device_uid: str, limit: int) -> Sequence[Invocation]:
         rows = await self.conn.execute(
