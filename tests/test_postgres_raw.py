@@ -24,6 +24,7 @@ from tapgate.adapters.store.sql import open_sql_store
 from tapgate.adapters.store.sql_base import insert_into, is_unique_violation
 from tapgate.adapters.wake.postgres import CHANNEL
 from tapgate.domain.audit import AuditRecord
+from tapgate.domain.errors import DuplicateInvocation, StorageError
 from tapgate.services.journal import verify_audit
 from tests.conftest import PostgresDatabase
 from tests.test_sqlite_raw import (
@@ -34,7 +35,7 @@ from tests.test_sqlite_raw import (
     found,
     rows_to_compare,
 )
-from tests.test_store_contract_ports import _at, _with_device
+from tests.test_store_contract_ports import _at, _invocation, _with_device
 
 pytestmark = pytest.mark.postgres
 
@@ -163,4 +164,49 @@ async def test_a_unit_of_work_ends_on_postgresql_in_one_statement_with_its_journ
         assert await verify_audit(store, tenant) >= 3
     finally:
         await listening.close()
+        await store.close()
+
+
+async def test_a_unit_of_works_new_call_goes_in_the_statement_that_ends_it(
+    postgres: PostgresDatabase,
+) -> None:
+    """``PostgresConnection.hold``: an invocation's row is sent with the statement that ends its unit of
+    work (one round trip fewer), or before any other statement that comes first, so the unit of work
+    reads its own row; its end writes it with the journal's entry, or nothing at all."""
+    store = open_sql_store(postgres.app_url)
+    created = AuditRecord("invocation.created", "agent:agent", subject="inv-a")
+
+    async def add(invocation_id: str, uid: str = "d" * 16, then_read: bool = False) -> None:
+        async with store.unit_of_work(tenant) as uow:
+            await uow.invocations.add(_invocation(tenant, invocation_id, uid=uid))
+            if then_read:
+                await uow.invocations.pending_for(uid, 10)
+            await uow.journal.append(AuditRecord("test.never", "test", subject=invocation_id), _at(2))
+
+    try:
+        tenant = await _with_device(store)
+        async with store.unit_of_work(tenant) as uow:
+            statements = COUNTS.statements
+            await uow.invocations.add(_invocation(tenant, "inv-a"))
+            await uow.journal.append(created, _at(1))
+            held = COUNTS.statements - statements
+        assert held == 0  # nothing was sent before the end
+        async with store.unit_of_work(tenant) as uow:
+            await uow.invocations.add(_invocation(tenant, "inv-b"))
+            assert await uow.invocations.get("ana", "inv-b") is not None  # sent before the read
+        with pytest.raises(DuplicateInvocation):
+            await add("inv-a")
+        with pytest.raises(DuplicateInvocation):  # found by a statement that is not the end, too
+            await add("inv-b", then_read=True)
+        with pytest.raises(StorageError, match="does not exist in this tenant"):
+            await add("inv-c", uid="e" * 16)  # no such device
+        async with store.unit_of_work(tenant) as uow:
+            assert [i.invocation_id for i in await uow.invocations.pending_for("d" * 16, 10)] == [
+                "inv-a",
+                "inv-b",
+            ]
+            actions = [e.action for e in await uow.journal.read(0, 100)]
+        assert actions == ["invocation.created"]  # the failed units of work wrote nothing
+        assert await verify_audit(store, tenant) == 1
+    finally:
         await store.close()

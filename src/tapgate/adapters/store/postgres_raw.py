@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy.exc import DBAPIError
@@ -66,6 +68,17 @@ class _Begun:
             await self._driver.execute("ROLLBACK")
 
 
+@dataclass(frozen=True, slots=True)
+class Held:
+    """A row held back to go with the unit of work's next statement (``PostgresConnection.hold``)."""
+
+    sql: str
+    values: list[Any]
+    table: str
+    duplicate: Exception  # raised for a row whose key exists
+    missing: Exception  # raised for a row that refers to nothing
+
+
 class PostgresConnection:
     """The part of SQLAlchemy's AsyncConnection the repositories use; hot statements go to asyncpg."""
 
@@ -78,28 +91,70 @@ class PostgresConnection:
         self._adapted: Any = proxied.dbapi_connection  # SQLAlchemy's adapter, which owns the transaction
         self._driver: Any = proxied.driver_connection  # the asyncpg connection
         self._info = sync.info
+        self._held: Held | None = None
         self.dialect = conn.dialect
 
-    async def fetchval(self, sql: str, *values: Any, writes: bool) -> Any:
-        """One statement written for asyncpg itself (``$n`` places), prepared once per connection."""
+    async def hold(
+        self, statement: Executable, parameters: dict[str, Any], duplicate: Exception, missing: Exception
+    ) -> None:
+        """Hold back an INSERT of one row until the unit of work's next statement, which sends it: the
+        statement that ends the unit of work takes it in (``sql_journal.py``), one round trip fewer;
+        any other sends it first, on its own. A row whose key exists raises ``duplicate`` then, and one
+        that refers to nothing ``missing``."""
+        await self._send_held()
+        compiled = self._raw.find(statement, parameters)
+        table = getattr(statement, "table", None)
+        if compiled is None or not compiled.writes or compiled.row is not None or table is None:
+            raise TypeError("only a hot INSERT returning nothing is held")
+        self._info[WROTE] = True
+        self._held = Held(compiled.sql, compiled.values(parameters), table.name, duplicate, missing)
+
+    def take_held(self) -> Held | None:
+        """The row held back, for the statement that takes it in (which sends it, or fails with it)."""
+        held, self._held = self._held, None
+        return held
+
+    async def fetchval(self, sql: str, *values: Any, writes: bool, held: Held | None = None) -> Any:
+        """One statement written for asyncpg itself (``$n`` places), prepared once per connection;
+        ``held``: it takes in that row (``take_held``)."""
+        if held is None:
+            await self._send_held()
         if writes:
             self._info[WROTE] = True
         COUNTS.statements += 1
         try:
             return await self._driver.fetchval(sql, *values)
         except Exception as e:
+            if held is not None:
+                _raise_for_held(held, e)
             raise self._translated(sql, e) from e
 
     async def execute(self, statement: Executable, parameters: Any = None) -> Any:
+        await self._send_held()
         ran = await self._run(statement, parameters)
         return ran if ran is not None else await self._conn.execute(statement, parameters)
 
     async def scalar(self, statement: Executable, parameters: Any = None) -> Any:
+        await self._send_held()
         ran = await self._run(statement, parameters)
         return ran.scalar() if ran is not None else await self._conn.scalar(statement, parameters)
 
-    def begin_nested(self) -> Any:
-        return self._conn.begin_nested()
+    @contextlib.asynccontextmanager
+    async def begin_nested(self) -> AsyncIterator[Any]:
+        await self._send_held()
+        async with self._conn.begin_nested() as nested:
+            yield nested
+
+    async def _send_held(self) -> None:
+        held = self.take_held()
+        if held is None:
+            return
+        COUNTS.statements += 1
+        try:
+            await self._driver.execute(held.sql, *held.values)
+        except Exception as e:
+            _raise_for_held(held, e)
+            raise self._translated(held.sql, e) from e
 
     async def _run(self, statement: Executable, parameters: Any) -> Rows | None:
         compiled = self._raw.find(statement, parameters)
@@ -133,6 +188,17 @@ def _translated(adapted: Any, driver: Any, conn: AsyncConnection, sql: str, erro
     except Exception:  # not the database's: raised as it came
         return error
     return error
+
+
+def _raise_for_held(held: Held, error: Exception) -> None:
+    """Raise ``held``'s own error if ``error`` is its row's key taken or its reference missing."""
+    if getattr(error, "table_name", None) != held.table:
+        return
+    code = getattr(error, "sqlstate", None)
+    if code == "23505":
+        raise held.duplicate from error
+    if code == "23503":
+        raise held.missing from error
 
 
 def _rowcount(status: str) -> int:

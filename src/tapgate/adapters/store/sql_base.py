@@ -8,6 +8,7 @@ from typing import Any, Protocol
 from sqlalchemy import insert
 from sqlalchemy.exc import IntegrityError
 
+from tapgate.adapters.store.postgres_raw import PostgresConnection
 from tapgate.adapters.store.queries import hot
 from tapgate.domain.errors import Conflict, StorageError
 
@@ -24,6 +25,9 @@ class Conn(Protocol):
     def begin_nested(self) -> Any: ...
 
 
+_MISSING = "A row refers to something that does not exist in this tenant."
+
+
 class Repo:
     """One tenant's rows of one aggregate: every statement names ``tenant_id`` (and on PostgreSQL, row-level
     security holds it to that tenant again)."""
@@ -32,14 +36,22 @@ class Repo:
         self.conn = conn
         self.tenant_id = tenant_id
 
-    async def _insert(self, table: Any, row: dict[str, Any], conflict: str) -> None:
-        # No savepoint: a conflict ends the whole unit of work, so nothing after it needs the transaction.
+    async def _insert(
+        self, table: Any, row: dict[str, Any], conflict: str, duplicate: type[Conflict] = Conflict
+    ) -> None:
+        """Insert ``row``; ``duplicate(conflict)`` if its key exists. No savepoint: a conflict ends the
+        whole unit of work, so nothing after it needs the transaction. On PostgreSQL the row is held
+        back to go with the unit of work's next statement (``PostgresConnection.hold``), usually the one
+        that ends it, and the conflict is raised from there."""
+        if isinstance(self.conn, PostgresConnection):
+            await self.conn.hold(insert_into(table), row, duplicate(conflict), StorageError(_MISSING))
+            return
         try:
             await self.conn.execute(insert_into(table), row)
         except IntegrityError as e:
             if is_unique_violation(e):
-                raise Conflict(conflict) from e
-            raise StorageError("A row refers to something that does not exist in this tenant.") from e
+                raise duplicate(conflict) from e
+            raise StorageError(_MISSING) from e
 
 
 @functools.cache

@@ -16,7 +16,7 @@ from tapgate.adapters.store import tables as t
 from tapgate.adapters.store.sql_base import Repo, insert_into
 from tapgate.domain.approvals import SignBlock
 from tapgate.domain.devices import DeviceStatus, Presence
-from tapgate.domain.errors import Conflict, DuplicateInvocation
+from tapgate.domain.errors import DuplicateInvocation
 from tapgate.domain.inbox import Approval, ApprovalStatus, erased_preview
 from tapgate.domain.ingest import Receipt, Triage
 from tapgate.domain.invocations import OPEN, Invocation, Status
@@ -170,10 +170,9 @@ class SqlInvocations(Repo):
             "binding_code": i.binding_code,
             "approval_id": i.approval_id,
         }
-        try:
-            await self._insert(t.invocations, row, f"Invocation {i.invocation_id!r} exists already.")
-        except Conflict as e:
-            raise DuplicateInvocation(e.message) from e
+        await self._insert(
+            t.invocations, row, f"Invocation {i.invocation_id!r} exists already.", DuplicateInvocation
+        )
 
     async def get(self, user_id: str, invocation_id: str) -> Invocation | None:
         values = {"tenant": self.tenant_id, "user": user_id, "id": invocation_id}

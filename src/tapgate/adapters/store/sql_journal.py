@@ -21,7 +21,9 @@ statement, one network round trip where they were one each.
 
 from __future__ import annotations
 
+import functools
 import json
+import re
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any, NamedTuple
@@ -76,6 +78,17 @@ WITH audit AS (
 )
 SELECT count(pg_notify($21, $22 || k)) FROM unnest($23::text[]) AS k
 """
+
+
+_END_PLACES = max(int(n) for n in re.findall(r"\$(\d+)", _END_ON_POSTGRES))
+
+
+@functools.cache
+def _end_holding(insert: str) -> str:
+    """``_END_ON_POSTGRES`` that also writes a row held back (``PostgresConnection.hold``): its INSERT,
+    numbered after the end's own places, as one more part of the same statement."""
+    numbered = re.sub(r"\$(\d+)", lambda m: f"${int(m.group(1)) + _END_PLACES}", insert)
+    return _END_ON_POSTGRES.replace("WITH audit AS (", f"WITH held AS (\n  {numbered}\n), audit AS (", 1)
 
 
 class Notify(NamedTuple):
@@ -241,12 +254,13 @@ class ChainHead:
         events, self._events = self._events, []
         left, self._left_entries = self._left_entries, []
         left_events, self._left_events = self._left_events, []
-        writes = bool(entries or events or left or left_events or moved)
+        held = conn.take_held()  # a row the unit of work held back: it goes in the same statement
+        writes = bool(entries or events or left or left_events or moved or held)
         if not (writes or (notify and notify.keys)):
             return
         seq, hash, event_seq = self._held if moved and self._held is not None else (0, "", 0)
         await conn.fetchval(
-            _END_ON_POSTGRES,
+            _END_ON_POSTGRES if held is None else _end_holding(held.sql),
             self.tenant_id,
             [e.seq for e in entries],
             [e.at for e in entries],
@@ -281,7 +295,9 @@ class ChainHead:
             [e[1] for e in left_events],
             [e[2] for e in left_events],
             [e[3] for e in left_events],
+            *(held.values if held is not None else ()),
             writes=writes,
+            held=held,
         )
         self._moved = False
         self.left_pending |= bool(left or left_events)
