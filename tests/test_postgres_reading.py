@@ -131,3 +131,32 @@ async def test_a_read_on_a_connection_the_server_closed_reads_on_a_fresh_one(
     finally:
         await admin.close()
         await store.close()
+
+
+async def test_a_role_that_may_not_make_temporary_functions_still_reads(
+    postgres: PostgresDatabase, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``tapgate migrate`` grants the app role TEMPORARY on its database; where an operator took it away
+    (from the role and from PUBLIC), each read runs in a transaction that sets its tenant instead."""
+    admin = await asyncpg.connect(postgres.admin_url)
+    try:
+        for grantee in (postgres.role, "PUBLIC"):
+            await admin.execute(f"REVOKE TEMPORARY ON DATABASE {postgres.name} FROM {grantee}")
+        allowed = "SELECT has_database_privilege($1, $2, 'TEMPORARY')"
+        assert not await admin.fetchval(allowed, postgres.role, postgres.name)
+        store, tenant = await _store_with_a_call(postgres)
+        try:
+            for _ in range(2):
+                async with store.reading(tenant) as uow:
+                    assert [i.invocation_id for i in await uow.invocations.pending_for(UID, 10)] == ["inv-a"]
+                    assert await uow.invocations.get("bob", "inv-a") is None
+            pid = await _backend_pid(store)
+            state = await admin.fetchval("SELECT state FROM pg_stat_activity WHERE pid = $1", pid)
+            assert state == "idle"  # the read's transaction ended
+            assert "may not create temporary functions" in caplog.text
+        finally:
+            await store.close()
+    finally:
+        for grantee in (postgres.role, "PUBLIC"):
+            await admin.execute(f"GRANT TEMPORARY ON DATABASE {postgres.name} TO {grantee}")
+        await admin.close()

@@ -156,6 +156,8 @@ async def _grant(admin: URL, database: str, role: str) -> None:
     try:
         async with conn.transaction():
             await conn.execute(f"GRANT CONNECT ON DATABASE {database} TO {role}")
+            # A reading unit of work's functions live in the session's temporary schema (postgres_raw.py).
+            await conn.execute(f"GRANT TEMPORARY ON DATABASE {database} TO {role}")
             # Before PostgreSQL 15 every role may create objects in public; the app may not.
             await conn.execute("REVOKE CREATE ON SCHEMA public FROM PUBLIC")
             await conn.execute(f"GRANT USAGE ON SCHEMA public TO {role}")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
@@ -22,6 +23,8 @@ from sqlalchemy.sql.base import Executable
 
 from tapgate.adapters.store.counting import COUNTS, WROTE
 from tapgate.adapters.store.raw import Compiled, RawStatements, Rows
+
+log = logging.getLogger(__name__)
 
 
 async def begin_for_tenant(conn: AsyncConnection, tenant_id: str) -> None:
@@ -41,8 +44,7 @@ async def begin_for_tenant(conn: AsyncConnection, tenant_id: str) -> None:
     driver: Any = proxied.driver_connection
     assert adapted._transaction is None, "the adapter began a transaction already"
     adapted._transaction = _Begun(driver)  # from here the adapter ends it, even if the query fails
-    literal = "'" + tenant_id.replace("'", "''") + "'"  # standard_conforming_strings: quotes only
-    sql = f"BEGIN; SELECT set_config('app.tenant_id', {literal}, true)"
+    sql = f"BEGIN; SELECT set_config('app.tenant_id', {_literal(tenant_id)}, true)"
     COUNTS.statements += 1
     try:
         await driver.execute(sql)
@@ -52,6 +54,13 @@ async def begin_for_tenant(conn: AsyncConnection, tenant_id: str) -> None:
             adapted._transaction = None
             await conn.invalidate()
         raise error from e
+
+
+def _literal(text: str) -> str:
+    """``text`` as an SQL string literal (standard_conforming_strings: only quotes are doubled)."""
+    if "\x00" in text:
+        raise ValueError("a tenant id holds no NUL")
+    return "'" + text.replace("'", "''") + "'"
 
 
 class _Begun:
@@ -208,6 +217,7 @@ def _rowcount(status: str) -> int:
 
 
 _FUNCTIONS = "tapgate_read_functions"  # a pooled connection's info: each read's function made on it
+_NO_FUNCTIONS = "tapgate_no_read_functions"  # its role may not make them
 
 
 class ReadingConnection:
@@ -245,7 +255,10 @@ class ReadingConnection:
             driver: Any = sync.connection.driver_connection
             try:
                 call = await self._function(driver, sync.connection.info, compiled)
-                fetched = await driver.fetch(call, *values, self._tenant_id)
+                if call is None:
+                    fetched = await self._in_transaction(driver, compiled.sql, values)
+                else:
+                    fetched = await driver.fetch(call, *values, self._tenant_id)
             except Exception as e:
                 if attempt == 1 and _undefined_function(e):  # a pooler or DISCARD dropped it: made again
                     sync.connection.info.pop(_FUNCTIONS, None)
@@ -287,20 +300,35 @@ class ReadingConnection:
             with contextlib.suppress(Exception):
                 await conn.close()
 
-    async def _function(self, driver: Any, info: dict[str, Any], compiled: Compiled) -> str:
+    async def _in_transaction(self, driver: Any, sql: str, values: list[Any]) -> Any:
+        """The read in a transaction that sets its tenant, as a unit of work runs it: three round trips,
+        for a role that may not make temporary functions."""
+        try:
+            await driver.execute(
+                f"BEGIN; SELECT set_config('app.tenant_id', {_literal(self._tenant_id)}, true)"
+            )
+            return await driver.fetch(sql, *values)
+        finally:
+            if not driver.is_closed() and driver.is_in_transaction():
+                await driver.execute("ROLLBACK")  # it read only: nothing to commit
+
+    async def _function(self, driver: Any, info: dict[str, Any], compiled: Compiled) -> str | None:
         """The statement that calls the function that runs ``compiled`` for a tenant on this connection,
         the function made now if this connection has not made it yet: its parameters and columns typed
-        as PostgreSQL types the read itself, the tenant last."""
+        as PostgreSQL types the read itself, the tenant last. None if the role may not make one (no
+        TEMPORARY right on the database; ``tapgate migrate`` grants it)."""
         made: dict[str, str] = info.setdefault(_FUNCTIONS, {})
         call = made.get(compiled.sql)
         if call is not None:
             return call
+        if info.get(_NO_FUNCTIONS):
+            return None
         name = "tapgate_read_" + hashlib.sha256(compiled.sql.encode()).hexdigest()[:20]
         prepared = await driver.prepare(compiled.sql)
         parameters = [_type_name(p) for p in prepared.get_parameters()]
         columns = [f"tapgate_{i} {_type_name(a.type)}" for i, a in enumerate(prepared.get_attributes())]
         tenant = len(parameters) + 1
-        await driver.execute(
+        make = (
             f"CREATE OR REPLACE FUNCTION pg_temp.{name}({', '.join([*parameters, 'text'])})\n"
             f"RETURNS TABLE ({', '.join(columns)}) LANGUAGE plpgsql AS $tapgate$\n"
             f"BEGIN\n"
@@ -309,6 +337,14 @@ class ReadingConnection:
             f"END\n"
             f"$tapgate$"
         )
+        try:
+            await driver.execute(make)
+        except Exception as e:
+            if getattr(e, "sqlstate", None) != "42501":  # insufficient_privilege
+                raise
+            info[_NO_FUNCTIONS] = True
+            log.warning("the app role may not create temporary functions: reads take three round trips")
+            return None
         places = ", ".join(f"${n}" for n in range(1, tenant + 1))
         call = f"SELECT * FROM pg_temp.{name}({places})"  # noqa: S608 (a digest's name; numbered places)
         made[compiled.sql] = call
