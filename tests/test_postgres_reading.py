@@ -160,3 +160,39 @@ async def test_a_role_that_may_not_make_temporary_functions_still_reads(
         for grantee in (postgres.role, "PUBLIC"):
             await admin.execute(f"GRANT TEMPORARY ON DATABASE {postgres.name} TO {grantee}")
         await admin.close()
+
+
+async def test_a_read_whose_functions_never_stay_reads_in_a_transaction(postgres: PostgresDatabase) -> None:
+    """Behind a pooler that does not keep sessions a function made on one server connection is gone
+    on the next: a read whose function is lost twice at once reads in a transaction that sets its
+    tenant from then on. Here an event trigger drops every read function as soon as it is made."""
+    admin = await asyncpg.connect(postgres.admin_url)
+    await admin.execute(
+        """
+        CREATE FUNCTION test_drop_read_functions() RETURNS event_trigger LANGUAGE plpgsql AS $f$
+        DECLARE made record;
+        BEGIN
+          FOR made IN SELECT * FROM pg_event_trigger_ddl_commands() LOOP
+            IF made.object_identity LIKE 'pg_temp%tapgate_read_%' THEN
+              EXECUTE 'DROP FUNCTION ' || made.object_identity;
+            END IF;
+          END LOOP;
+        END $f$;
+        CREATE EVENT TRIGGER test_drop_read_functions ON ddl_command_end WHEN TAG IN ('CREATE FUNCTION')
+          EXECUTE FUNCTION test_drop_read_functions();
+        """
+    )
+    try:
+        store, tenant = await _store_with_a_call(postgres)
+        try:
+            for _ in range(2):
+                async with store.reading(tenant) as uow:
+                    assert [i.invocation_id for i in await uow.invocations.pending_for(UID, 10)] == ["inv-a"]
+            made = "SELECT count(*) FROM pg_proc WHERE proname LIKE 'tapgate_read_%'"
+            assert await admin.fetchval(made) == 0  # no function stayed: the reads ran without one
+        finally:
+            await store.close()
+    finally:
+        await admin.execute("DROP EVENT TRIGGER test_drop_read_functions")
+        await admin.execute("DROP FUNCTION test_drop_read_functions()")
+        await admin.close()

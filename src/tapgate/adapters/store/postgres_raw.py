@@ -248,7 +248,7 @@ class ReadingConnection:
         values = compiled.values(parameters or {})
         COUNTS.statements += 1
         COUNTS.transactions += 1  # each read is its own transaction
-        for attempt in (1, 2):
+        for attempt in (1, 2, 3):
             conn = await self._connection()
             sync = conn.sync_connection
             assert sync is not None
@@ -260,8 +260,11 @@ class ReadingConnection:
                 else:
                     fetched = await driver.fetch(call, *values, self._tenant_id)
             except Exception as e:
-                if attempt == 1 and _undefined_function(e):  # a pooler or DISCARD dropped it: made again
-                    sync.connection.info.pop(_FUNCTIONS, None)
+                if attempt < 3 and _undefined_function(e):
+                    info = sync.connection.info
+                    info.pop(_FUNCTIONS, None)  # DISCARD dropped it: made again
+                    if attempt == 2:  # lost again at once: a pooler that does not keep sessions
+                        info[_NO_FUNCTIONS] = True
                     continue
                 error = _translated(sync.connection.dbapi_connection, driver, conn, compiled.sql, e)
                 if isinstance(error, DBAPIError) and error.connection_invalidated:
