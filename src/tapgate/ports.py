@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from datetime import datetime
@@ -401,8 +400,15 @@ class Store(Protocol):
     async def close(self) -> None: ...
 
 
+class Settable(Protocol):
+    """What a notification sets besides a waiter's own event (``Wake.subscribe``'s ``also``)."""
+
+    def set(self) -> None: ...
+
+
 class Woken(Protocol):
-    """What a waiter holds: set by a notification on its key (an ``asyncio.Event`` is one)."""
+    """What a waiter holds: set by a notification on its key (an ``asyncio.Event`` is one, as is
+    ``tapgate.flag.Flag``)."""
 
     def is_set(self) -> bool: ...
     def set(self) -> None: ...
@@ -417,7 +423,7 @@ class Wake(Protocol):
     degraded: bool  # notifications may be missed just now: waiters also re-read on an interval
 
     def subscribe(
-        self, key: str, swept: bool = True, also: asyncio.Event | None = None
+        self, key: str, swept: bool = True, also: Settable | None = None
     ) -> AbstractContextManager[Woken]:
         """An event set when ``key`` is notified. A waiter that recovers a missed notification by other
         means (a live link: its push, its next wake) passes ``swept=False`` and is left out of any sweep

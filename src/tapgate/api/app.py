@@ -108,7 +108,7 @@ def create_app(
         finally:
             await gateway.close()
 
-    app = FastAPI(
+    app = link.LinkFirstApp(
         title="tapgate",
         version=__version__,
         summary="Let an AI agent act on a person's devices while the person stays in charge.",
@@ -157,6 +157,5 @@ def create_app(
     app.add_middleware(console_headers.ConsoleHeaders)
     app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
     app.add_middleware(Observe, registry=app.state.metrics)
-    if gateway.device_channel:
-        app.add_middleware(link.LinkFirst)  # outermost: the device link passes through nothing else
+    app.link_served = gateway.device_channel  # the device link passes through nothing of the above
     return app

@@ -13,6 +13,7 @@ from tapgate.domain.audit import AuditRecord
 from tapgate.domain.errors import Conflict, Gone, NotFound
 from tapgate.domain.events import INVOCATION_LATE_REPORT
 from tapgate.domain.invocations import Invocation, Status, cut_message, device_status
+from tapgate.flag import Flag
 from tapgate.ports import UnitOfWork
 from tapgate.services.context import Context, device_key, events_key, invocation_key, sleep_until_woken
 from tapgate.services.devices import DeviceCaller
@@ -57,7 +58,7 @@ async def pending(
     loop = asyncio.get_running_loop()
     deadline = loop.time() + max(0.0, min(wait, 60.0))
     tenant, uid = caller.principal.tenant_id, caller.device.device_uid
-    awake = asyncio.Event()  # set with ``woken``, which then keeps what was handed with its wakes
+    awake = Flag()  # set with ``woken``, which then keeps what was handed with its wakes
     handed: list[Invocation] | None = None
     held_until: datetime | None = None
     with ctx.wake.subscribe(device_key(tenant, uid), also=awake) as woken:

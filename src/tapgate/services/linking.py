@@ -32,6 +32,7 @@ from tapgate.domain.frames import (
     invoke_frame,
     notice_frame,
 )
+from tapgate.flag import Flag
 from tapgate.services import answering, devices
 from tapgate.services.answering import AlreadyAnswered
 from tapgate.services.context import Context, device_key, inbox_key, notices_key, wait_slice
@@ -55,7 +56,7 @@ async def frames(
     user = caller.principal.user_id
     await devices.open_link(ctx.store, ctx.clock, caller, links.hold_seconds)
     try:
-        woken = asyncio.Event()  # set with any of the three: an idle link waits on it alone, with no task
+        woken = Flag()  # set with any of the three: an idle link waits on it alone, with no task
         with (
             # Unswept: a link re-reads when woken, never on a sweep's timer (a call it misses is pushed).
             ctx.wake.subscribe(device_key(tenant, uid), swept=False, also=woken) as work,
@@ -173,7 +174,7 @@ def _sooner(seconds: float | None, expires_at: datetime | None, now: datetime) -
     return left if seconds is None else min(seconds, left)
 
 
-async def _woken(event: asyncio.Event, seconds: float | None) -> None:
+async def _woken(event: Flag, seconds: float | None) -> None:
     """Until ``event`` is set, or ``seconds`` have passed (None: no limit)."""
     if seconds is None:
         await event.wait()

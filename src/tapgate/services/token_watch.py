@@ -15,23 +15,25 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable
-from contextlib import ExitStack
+from contextlib import AbstractContextManager
 from typing import Any
 
 from tapgate.domain.errors import StorageError, Unauthenticated
 from tapgate.domain.principals import Principal
 from tapgate.domain.tokens import parse_token
+from tapgate.ports import Woken
 from tapgate.services.context import Context, auth_key, wait_slice
 
 log = logging.getLogger(__name__)
 IDLE_RECHECK_SECONDS = 300.0  # a held token is re-read this often even when nothing was notified
 
 
-class _Nudge(asyncio.Event):
-    """An event whose setting calls back: what the watch subscribes with, so that no task waits on it."""
+class _Nudge:
+    """What the watch subscribes with: setting it calls back, so that no task waits on it."""
+
+    __slots__ = ("_callback",)
 
     def __init__(self, callback: Callable[[], None]) -> None:
-        super().__init__()
         self._callback = callback
 
     def set(self) -> None:
@@ -52,7 +54,7 @@ class TokenWatch:
         self._authenticate = authenticate
         self._token = token
         self._lapsed = lapsed
-        self._subscription = ExitStack()
+        self._subscription: AbstractContextManager[Woken] | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._checker: asyncio.Task[None] | None = None
         self._due = False  # a check is asked for
@@ -65,7 +67,9 @@ class TokenWatch:
             tenant = parse_token(self._token).tenant_id
         except Unauthenticated:
             return  # not a token at all: the request answers 401 itself, and nothing is held
-        self._subscription.enter_context(self._ctx.wake.subscribe(auth_key(tenant), also=_Nudge(self._nudge)))
+        subscription = self._ctx.wake.subscribe(auth_key(tenant), also=_Nudge(self._nudge))
+        subscription.__enter__()
+        self._subscription = subscription
         self._due = True
         await self._checks()
 
@@ -75,7 +79,9 @@ class TokenWatch:
             self._timer.cancel()
         if self._checker is not None and self._checker is not asyncio.current_task():
             self._checker.cancel()
-        self._subscription.close()
+        subscription, self._subscription = self._subscription, None
+        if subscription is not None:
+            subscription.__exit__(None, None, None)
 
     async def __aenter__(self) -> TokenWatch:
         await self.start()

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 from collections import defaultdict
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Literal
 
-from tapgate.ports import Woken
+from tapgate.flag import Flag
+from tapgate.ports import Settable, Woken
 
 
 class LocalWake:
@@ -24,21 +23,8 @@ class LocalWake:
         """Call ``callback`` with every notified key (None when every waiter is woken at once)."""
         self._listeners.append(callback)
 
-    @contextlib.contextmanager
-    def subscribe(self, key: str, swept: bool = True, also: asyncio.Event | None = None) -> Iterator[Woken]:
-        event: Woken = asyncio.Event() if also is None else _AlsoSets(also)
-        self._waiters[key].add(event)
-        if not swept:
-            self._unswept.add(event)
-        try:
-            yield event
-        finally:
-            self._unswept.discard(event)
-            waiters = self._waiters.get(key)
-            if waiters is not None:
-                waiters.discard(event)
-                if not waiters:
-                    del self._waiters[key]
+    def subscribe(self, key: str, swept: bool = True, also: Settable | None = None) -> _Subscription:
+        return _Subscription(self, key, swept, also)
 
     def notify(self, key: str) -> None:
         self._wake(key, ())
@@ -86,6 +72,39 @@ class LocalWake:
         return sum(len(w) for w in self._waiters.values())
 
 
+class _Subscription:
+    """A waiter's subscription to one key, as a context manager whose ``with`` gives its event. A class
+    rather than a generator: a live link holds three for hours, and a generator's frame would cost each
+    about 450 bytes more."""
+
+    __slots__ = ("_also", "_event", "_key", "_swept", "_wake")
+
+    def __init__(self, wake: LocalWake, key: str, swept: bool, also: Settable | None) -> None:
+        self._wake, self._key, self._swept, self._also = wake, key, swept, also
+        self._event: Woken | None = None
+
+    def __enter__(self) -> Woken:
+        event: Woken = Flag() if self._also is None else _AlsoSets(self._also)
+        wake = self._wake
+        wake._waiters[self._key].add(event)
+        if not self._swept:
+            wake._unswept.add(event)
+        self._event = event
+        return event
+
+    def __exit__(self, *_: object) -> None:
+        event, self._event = self._event, None
+        if event is None:
+            return
+        wake = self._wake
+        wake._unswept.discard(event)
+        waiters = wake._waiters.get(self._key)
+        if waiters is not None:
+            waiters.discard(event)
+            if not waiters:
+                del wake._waiters[self._key]
+
+
 class _AlsoSets:
     """A flag that sets another event with itself: one waiter on several keys waits on that event alone.
     It makes an event of its own only if something waits on it directly (a live link holds three of
@@ -93,12 +112,12 @@ class _AlsoSets:
 
     __slots__ = ("_also", "_event", "_handed", "_plain", "_value")
 
-    def __init__(self, also: asyncio.Event) -> None:
+    def __init__(self, also: Settable) -> None:
         self._also = also
         self._value = False
         self._plain = False  # set by a notification that handed nothing since the last clear
         self._handed: list[object] | None = None
-        self._event: asyncio.Event | None = None
+        self._event: Flag | None = None
 
     def is_set(self) -> bool:
         return self._value
@@ -132,5 +151,5 @@ class _AlsoSets:
         if self._value:
             return True
         if self._event is None:
-            self._event = asyncio.Event()
+            self._event = Flag()
         return await self._event.wait()

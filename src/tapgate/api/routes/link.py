@@ -14,8 +14,9 @@ import contextlib
 import json
 import logging
 
+from fastapi import FastAPI
 from prometheus_client import CollectorRegistry, Counter, Gauge
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import Receive, Scope, Send
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from tapgate import tasks
@@ -50,19 +51,19 @@ def _bearer(ws: WebSocket) -> str | None:
 PATH = "/v1/device/connect"
 
 
-class LinkFirst:
-    """Serve the device link ahead of the framework's routing and middleware, none of which acts on a
-    WebSocket: a link lives for hours, and each layer it passed through would hold its own state for as
-    long (about 13 KiB a link, measured: docs/performance.md)."""
+class LinkFirstApp(FastAPI):
+    """FastAPI, with the device link served ahead of everything else: the framework's middleware,
+    routing and tapgate's own layers, none of which acts on a WebSocket. A link lives for hours, and
+    each layer it passed through would hold its own state for as long (docs/performance.md)."""
 
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
+    link_served = False  # set where the device channel is on (gate G12: otherwise no such path)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "websocket" and scope["path"] == PATH:
+        if self.link_served and scope["type"] == "websocket" and scope["path"] == PATH:
+            scope["app"] = self  # as Starlette gives it to every request
             await connect(WebSocket(scope, receive, send))
             return
-        await self.app(scope, receive, send)
+        await super().__call__(scope, receive, send)
 
 
 async def connect(ws: WebSocket) -> None:
@@ -162,6 +163,8 @@ async def _close(ws: WebSocket, code: int) -> None:
 
 
 class DeviceLink:
+    __slots__ = ("caller", "close_code", "gateway", "metrics", "token", "ws")  # one per link, for hours
+
     def __init__(
         self, gateway: Gateway, ws: WebSocket, caller: DeviceCaller, metrics: LinkMetrics, token: str
     ) -> None:
@@ -175,15 +178,29 @@ class DeviceLink:
     async def run(self) -> None:
         # The frames end with device:revoked once the token is revoked (in any process: the tenant's
         # credentials wake the link) or expires, so the link needs no watcher of its own.
+        # The frames go out from a task of their own; the device's frames are read in this one, which the
+        # sender cancels when the frames end. One task a link rather than two and a wait on both: a link
+        # lives for hours, and each would hold its own state for as long (docs/performance.md).
+        here = asyncio.current_task()
+        assert here is not None
         sending = asyncio.create_task(self._send())
-        receiving = asyncio.create_task(self._receive())
+        running = True
+
+        def sent_all(_: asyncio.Task[None]) -> None:
+            if running:  # the frames ended (device:revoked) or failed: stop reading
+                here.cancel()
+
+        sending.add_done_callback(sent_all)
         try:
-            await asyncio.wait({sending, receiving}, return_when=asyncio.FIRST_COMPLETED)
+            await self._receive()
+        except asyncio.CancelledError:
+            # Cancelled by ``sent_all`` alone: the link ends here. Cancelled from outside too (the
+            # server stopping): that cancellation goes on.
+            if not sending.done() or here.uncancel() > 0:
+                raise
         finally:
-            for task in (sending, receiving):
-                task.cancel()  # both at once, then each until it has really ended
-            for task in (sending, receiving):
-                await tasks.stop(task)
+            running = False
+            await tasks.stop(sending)
             await _close(self.ws, self.close_code)
 
     async def _send(self) -> None:
