@@ -17,7 +17,6 @@ from tapgate.adapters.push.webpush import application_server_key
 from tapgate.adapters.store.sql import open_sql_store
 from tapgate.adapters.store.urls import engine_url
 from tapgate.adapters.wake.local import LocalWake
-from tapgate.adapters.wake.nats_wake import NatsWake, check_reachable
 from tapgate.adapters.wake.postgres import PostgresListener
 from tapgate.api.app import create_app
 from tapgate.config import Settings
@@ -121,6 +120,8 @@ def check_push_settings(settings: Settings) -> None:
 def check_wake_settings(settings: Settings) -> None:
     """Raise ConfigurationError now, before serving, if the wake's broker cannot be reached."""
     if settings.wake_kind == "nats":
+        from tapgate.adapters.wake.nats_wake import check_reachable  # see build_gateway
+
         asyncio.run(check_reachable(settings.nats_url))
 
 
@@ -157,6 +158,9 @@ def build_gateway(
         kind = settings.wake_kind
         wake: LocalWake = LocalWake()
         if kind == "nats":
+            # NATS's client is loaded only where it is the wake: about 10 MiB of every process else.
+            from tapgate.adapters.wake.nats_wake import NatsWake
+
             wake = nats = NatsWake(settings.nats_url, settings.invocation_poll_seconds)
             background.append(nats)
         store = open_sql_store(settings.database_url, wake=wake, database_notify=kind == "postgres")

@@ -11,7 +11,8 @@ just now) and its sign count must move forward, or stay 0 for an authenticator t
 
 The checks themselves are the ``webauthn`` library's (py_webauthn, Duo Labs): the client data's type,
 challenge and origin, the relying party's hash, the flags, the counter and the signature over the COSE
-key. Any refusal is one message to the client and a reason for the journal.
+key. Any refusal is one message to the client and a reason for the journal. The library is loaded at the
+first ceremony, not with the server: about 7 MiB that a gateway without passkeys never needs.
 
 The registration challenge is derived, not stored: the SHA-256 of the tenant and the device, so no row
 waits between the two halves of a ceremony and any worker can finish it. It proves no freshness; it need
@@ -26,11 +27,6 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 from urllib.parse import urlsplit
-
-from webauthn import verify_authentication_response, verify_registration_response
-from webauthn.helpers import base64url_to_bytes, bytes_to_base64url
-from webauthn.helpers.cose import COSEAlgorithmIdentifier
-from webauthn.helpers.exceptions import InvalidAuthenticationResponse, WebAuthnException
 
 from tapgate.domain.errors import Forbidden, InvalidInput
 
@@ -111,6 +107,8 @@ def registration_options(
 ) -> dict[str, Any]:
     """The ``PublicKeyCredentialCreationOptions`` the browser app passes to ``navigator.credentials.create``
     (binary fields base64url)."""
+    from webauthn.helpers import bytes_to_base64url
+
     return {
         "rp": {"id": relying.rp_id, "name": RP_NAME},
         "user": {
@@ -135,6 +133,11 @@ def verify_registration(
     relying: Relying, tenant_id: str, device_uid: str, credential: dict[str, Any]
 ) -> Verified:
     """Raises InvalidInput (422) for a registration that does not verify."""
+    from webauthn import verify_registration_response
+    from webauthn.helpers import bytes_to_base64url
+    from webauthn.helpers.cose import COSEAlgorithmIdentifier
+    from webauthn.helpers.exceptions import WebAuthnException
+
     try:
         verified = verify_registration_response(
             credential=credential,
@@ -167,6 +170,10 @@ def assertion_credential_id(assertion: dict[str, Any]) -> str:
 
 def verify_assertion(relying: Relying, passkey: Passkey, signed_text: str, assertion: dict[str, Any]) -> int:
     """The new sign count of a good assertion for ``signed_text``. Raises PasskeyRefused."""
+    from webauthn import verify_authentication_response
+    from webauthn.helpers import base64url_to_bytes
+    from webauthn.helpers.exceptions import InvalidAuthenticationResponse, WebAuthnException
+
     try:
         verified = verify_authentication_response(
             credential=assertion,

@@ -20,7 +20,6 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from http_ece import ECEException  # type: ignore[import-untyped]
 from py_vapid import Vapid02, VapidException  # type: ignore[import-untyped]
-from pywebpush import WebPusher, WebPushException  # type: ignore[import-untyped]
 
 from tapgate.adapters.push._wire import canonical_json, check_kind, post, refused
 from tapgate.domain.errors import ConfigurationError
@@ -104,6 +103,9 @@ class WebPushSender:
         retryable for 429, 5xx and network errors, not for an unusable subscription or another 4xx."""
         check_kind(message, KIND)
         subscription, origin = self._subscription(message.target.token)
+        # Loaded at the first send: pywebpush brings aiohttp and requests, about 5 MiB in every process.
+        from pywebpush import WebPusher, WebPushException  # type: ignore[import-untyped]
+
         try:
             encrypted = WebPusher(subscription).encode(canonical_json(message.payload()), "aes128gcm")
         except (WebPushException, ECEException, ValueError) as e:
