@@ -6,6 +6,7 @@ commits all of its rows or none."""
 from __future__ import annotations
 
 import asyncio
+import time
 from datetime import UTC, datetime
 from typing import Any
 
@@ -18,13 +19,14 @@ from sqlalchemy.ext.asyncio import create_async_engine
 from tapgate.adapters.store import queries as q
 from tapgate.adapters.store import tables as t
 from tapgate.adapters.store.counting import COUNTS
-from tapgate.adapters.store.postgres_raw import PostgresConnection, begin_for_tenant
+from tapgate.adapters.store.postgres_raw import begin
 from tapgate.adapters.store.raw import RawStatements
 from tapgate.adapters.store.sql import open_sql_store
 from tapgate.adapters.store.sql_base import insert_into, is_unique_violation
 from tapgate.adapters.wake.postgres import CHANNEL
 from tapgate.domain.audit import AuditRecord
 from tapgate.domain.errors import DuplicateInvocation, StorageError
+from tapgate.domain.invocations import Status
 from tapgate.services.journal import verify_audit
 from tests.conftest import PostgresDatabase
 from tests.test_sqlite_raw import (
@@ -38,6 +40,7 @@ from tests.test_sqlite_raw import (
 from tests.test_store_contract_ports import _at, _invocation, _with_device
 
 pytestmark = pytest.mark.postgres
+_SET_TENANT = text("SELECT set_config('app.tenant_id', :tenant, true)")
 
 
 def test_every_hot_statement_is_compiled_for_asyncpg() -> None:
@@ -55,18 +58,26 @@ async def test_each_hot_statement_answers_on_asyncpg_what_it_answers_through_sql
         async with store.unit_of_work(tenant) as uow:
             await uow.events.read("ana", 0, 1)  # seals the event its writer left pending
         assert store.engine is not None and store._raw is not None
-        async with store.engine.connect() as conn:
+        engine, raw = store.engine, store._raw
+        async with engine.connect() as conn:
             for name in STATEMENTS:
                 statement, parameters = getattr(q, name), PARAMETERS | {"tenant": tenant}
                 answers = []
                 for direct in (False, True):
-                    transaction = await conn.begin()
-                    await begin_for_tenant(conn, tenant)
-                    runner: Any = PostgresConnection(conn, store._raw) if direct else conn
+                    if direct:  # a unit of work's own connection: hot statements on asyncpg
+                        runner: Any = await begin(engine, raw, tenant)
+                    else:
+                        transaction = await conn.begin()
+                        await conn.execute(_SET_TENANT, {"tenant": tenant})
+                        runner = conn
                     result = await runner.execute(statement, parameters)
                     rows = [tuple(r) for r in result] if statement.exported_columns else []
                     answers.append((rows, result.rowcount if not rows else None))
-                    await transaction.rollback()
+                    if direct:
+                        await runner.rollback(cancelled=False)
+                        await runner.release()
+                    else:
+                        await transaction.rollback()
                 assert answers[1] == answers[0], name
                 if name not in NOTHING_TO_FIND:
                     assert found(*answers[0]), f"{name} found nothing to compare"
@@ -84,13 +95,12 @@ async def test_a_duplicate_row_on_asyncpg_is_sqlalchemys_integrity_error(postgre
         tenant = await _with_device(store)
         assert store.engine is not None and store._raw is not None
         row = {"tenant_id": tenant, "user_id": "ana", "display_name": "Ana", "created_at": _at(0)}
-        async with store.engine.connect() as conn:
-            await conn.begin()
-            await begin_for_tenant(conn, tenant)
-            with pytest.raises(IntegrityError) as refused:
-                await PostgresConnection(conn, store._raw).execute(insert_into(t.users), row)
-            assert is_unique_violation(refused.value)
-            await conn.rollback()
+        conn = await begin(store.engine, store._raw, tenant)
+        with pytest.raises(IntegrityError) as refused:
+            await conn.execute(insert_into(t.users), row)
+        assert is_unique_violation(refused.value)
+        await conn.rollback(cancelled=False)
+        await conn.release()
     finally:
         await store.close()
 
@@ -117,13 +127,13 @@ async def test_a_unit_of_work_sets_its_tenant_exactly_whatever_the_tenant_id_hol
     """The tenant goes into the BEGIN's simple query as a quoted literal: a quote in it stays text."""
     store = open_sql_store(postgres.app_url)
     try:
-        assert store.engine is not None
+        assert store.engine is not None and store._raw is not None
         for tenant in ("t-plain", "t-o'brien", "t-'); SELECT pg_sleep(5); --", "t-\\'\\"):
-            async with store.engine.connect() as conn:
-                await conn.begin()
-                await begin_for_tenant(conn, tenant)
-                seen = await conn.scalar(text("SELECT current_setting('app.tenant_id')"))
-                await conn.rollback()
+            conn = await begin(store.engine, store._raw, tenant)
+            # Not a hot statement: SQLAlchemy's connection joins the transaction begun on asyncpg.
+            seen = await conn.scalar(text("SELECT current_setting('app.tenant_id')"))
+            await conn.rollback(cancelled=False)
+            await conn.release()
             assert seen == tenant
     finally:
         await store.close()
@@ -210,3 +220,71 @@ async def test_a_unit_of_works_new_call_goes_in_the_statement_that_ends_it(
         assert await verify_audit(store, tenant) == 1
     finally:
         await store.close()
+
+
+async def test_a_unit_of_work_cancelled_inside_a_statement_leaves_no_transaction_behind(
+    postgres: PostgresDatabase,
+) -> None:
+    """A unit of work runs on the pooled connection's own driver, so its end is tapgate's: one cancelled
+    while a statement waits (here on another's row lock) gives its connection up rather than back to the
+    pool mid-statement, commits nothing it wrote, and the pool's next units of work run on good ones."""
+    store = open_sql_store(postgres.app_url, pool_size=2)
+    try:
+        tenant = await _with_device(store)
+        async with store.unit_of_work(tenant) as uow:
+            await uow.invocations.add(_invocation(tenant, "inv-locked"))
+        locked, release = asyncio.Event(), asyncio.Event()
+        answered = _invocation(tenant, "inv-locked").answered(Status.DONE, "done", _at(1))
+
+        async def holder() -> None:
+            async with store.unit_of_work(tenant) as uow:
+                assert await uow.invocations.resolve(answered)  # the row stays locked until commit
+                locked.set()
+                await release.wait()
+
+        async def waiter() -> None:
+            async with store.unit_of_work(tenant) as uow:
+                await uow.invocations.add(_invocation(tenant, "inv-never"))
+                await uow.invocations.resolve(answered)  # waits on the holder's lock
+
+        holding = asyncio.create_task(holder())
+        await locked.wait()
+        waiting = asyncio.create_task(waiter())
+        admin = await asyncpg.connect(postgres.admin_url)
+        try:
+            # The waiter is inside its statement, on the lock.
+            await _until(
+                admin,
+                "SELECT count(*) > 0 FROM pg_stat_activity"
+                " WHERE datname = current_database() AND wait_event_type = 'Lock'",
+            )
+            waiting.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await waiting
+            release.set()
+            await holding
+            for _ in range(4):  # every connection of the pool, twice
+                async with store.unit_of_work(tenant) as uow:
+                    assert await uow.invocations.get("ana", "inv-never") is None
+                    found = await uow.invocations.get("ana", "inv-locked")
+                    assert found is not None and found.status is Status.DONE
+            await _until(  # nothing of the cancelled one stays open in the database
+                admin,
+                "SELECT count(*) = 0 FROM pg_stat_activity"
+                " WHERE datname = current_database()"
+                " AND (state LIKE 'idle in transaction%' OR wait_event_type = 'Lock')",
+            )
+        finally:
+            await admin.close()
+    finally:
+        await store.close()
+
+
+async def _until(admin: asyncpg.Connection, check: str, seconds: float = 60.0) -> None:
+    """Wait until ``check`` (a query answering one boolean) is true, asking again every 10 ms."""
+    deadline = time.monotonic() + seconds
+    while True:
+        if await admin.fetchval(check):
+            return
+        assert time.monotonic() < deadline, f"not true within {seconds:g} s: {check}"
+        await asyncio.sleep(0.01)

@@ -5,6 +5,9 @@ server closed, or a function it dropped, costs the read nothing."""
 
 from __future__ import annotations
 
+import asyncio
+import time
+
 import asyncpg
 import pytest
 from sqlalchemy import text
@@ -196,3 +199,39 @@ async def test_a_read_whose_functions_never_stay_reads_in_a_transaction(postgres
         await admin.execute("DROP EVENT TRIGGER test_drop_read_functions")
         await admin.execute("DROP FUNCTION test_drop_read_functions()")
         await admin.close()
+
+
+async def test_a_read_cancelled_inside_its_statement_gives_no_busy_connection_back(
+    postgres: PostgresDatabase,
+) -> None:
+    """A request cancelled while its read waits (here on a lock an operator holds on the table) drops its
+    connection rather than giving it back with the statement still running: the pool's next reads, on
+    every connection it has, answer."""
+    store, tenant = await _store_with_a_call(postgres, pool_size=2)
+    admin = await asyncpg.connect(postgres.admin_url)
+    try:
+
+        async def read() -> None:
+            async with store.reading(tenant) as uow:
+                await uow.invocations.get("ana", "inv-a")
+
+        async with admin.transaction():
+            await admin.execute("LOCK TABLE invocations IN ACCESS EXCLUSIVE MODE")
+            reading = asyncio.create_task(read())
+            deadline = time.monotonic() + 60
+            while not await admin.fetchval(
+                "SELECT count(*) > 0 FROM pg_stat_activity"
+                " WHERE datname = current_database() AND wait_event_type = 'Lock'"
+            ):
+                assert time.monotonic() < deadline, "the read never waited on the lock"
+                await asyncio.sleep(0.01)
+            reading.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await reading
+        for _ in range(4):  # every connection of the pool, twice
+            async with store.reading(tenant) as uow:
+                found = await uow.invocations.get("ana", "inv-a")
+            assert found is not None and found.status is Status.PENDING
+    finally:
+        await admin.close()
+        await store.close()

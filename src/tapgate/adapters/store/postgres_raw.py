@@ -1,11 +1,13 @@
-"""The hot statements (``raw.py``) straight on asyncpg, inside the transaction SQLAlchemy holds.
+"""A unit of work on PostgreSQL, on the pooled connection's own asyncpg driver.
 
-A unit of work begins and sets its tenant in one round trip on asyncpg (``begin_for_tenant``) and hands
-that transaction to SQLAlchemy's asyncpg adapter, which commits or rolls it back as if it had begun it;
-every statement that is not hot goes through SQLAlchemy; a hot one is sent on the same asyncpg connection
-as a prepared statement (asyncpg's cache, per connection), its parameters and rows converted as
-SQLAlchemy's asyncpg dialect converts them. That skips SQLAlchemy's execution path for each statement:
-building the context, its greenlet hop into the adapter and the cursor emulation.
+A unit of work checks a connection out of SQLAlchemy's pool (``AsyncEngine.raw_connection``: the pool keeps
+its size, its connections' setup and their replacement), begins and sets its tenant in one round trip on
+asyncpg (``begin``), and commits or rolls back there too, with nothing of SQLAlchemy's engine in between:
+its connection and transaction objects, their events and four greenlet hops cost about 100 µs of CPU a
+unit of work (docs/performance.md, twelfth step). Hot statements (``raw.py``) run on the driver as
+prepared statements (asyncpg's cache, per connection), their parameters and rows converted as
+SQLAlchemy's asyncpg dialect converts them. A statement that is not hot makes SQLAlchemy a connection over
+the same pooled connection, which joins the transaction begun here (``_Begun``) and ends it.
 """
 
 from __future__ import annotations
@@ -17,43 +19,15 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
+from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.sql.base import Executable
 
-from tapgate.adapters.store.counting import COUNTS, WROTE
+from tapgate.adapters.store.counting import COUNTS, WROTE, ended
 from tapgate.adapters.store.raw import Compiled, RawStatements, Rows
 
 log = logging.getLogger(__name__)
-
-
-async def begin_for_tenant(conn: AsyncConnection, tenant_id: str) -> None:
-    """Begin ``conn``'s transaction and set its tenant for row-level security, in one round trip.
-
-    SQLAlchemy's adapter would send BEGIN on the first statement and the setting as a second one, each
-    through a greenlet hop. Here both go as one simple query on asyncpg, and the adapter is given the
-    transaction as its own (``_Begun``): its commit and rollback end it, and the engine's events count it
-    as before. Raises DBAPIError as SQLAlchemy would, with ``connection_invalidated`` when the connection
-    was found dead (the caller retries once on a fresh one)."""
-    if "\x00" in tenant_id:
-        raise ValueError("a tenant id holds no NUL")
-    sync = conn.sync_connection
-    assert sync is not None
-    proxied = sync.connection  # checked out by engine.begin(): no I/O
-    adapted: Any = proxied.dbapi_connection
-    driver: Any = proxied.driver_connection
-    assert adapted._transaction is None, "the adapter began a transaction already"
-    adapted._transaction = _Begun(driver)  # from here the adapter ends it, even if the query fails
-    sql = f"BEGIN; SELECT set_config('app.tenant_id', {_literal(tenant_id)}, true)"
-    COUNTS.statements += 1
-    try:
-        await driver.execute(sql)
-    except Exception as e:
-        error = _translated(adapted, driver, conn, sql, e)
-        if isinstance(error, DBAPIError) and error.connection_invalidated:
-            adapted._transaction = None
-            await conn.invalidate()
-        raise error from e
 
 
 def _literal(text: str) -> str:
@@ -64,7 +38,8 @@ def _literal(text: str) -> str:
 
 
 class _Begun:
-    """The transaction ``begin_for_tenant`` began, in the shape SQLAlchemy's asyncpg adapter ends one."""
+    """The transaction ``begin`` began, in the shape SQLAlchemy's asyncpg adapter ends one: a SQLAlchemy
+    connection made over the same pooled connection joins it, and its commit or rollback ends it."""
 
     def __init__(self, driver: Any) -> None:
         self._driver = driver
@@ -89,19 +64,78 @@ class Held:
 
 
 class PostgresConnection:
-    """The part of SQLAlchemy's AsyncConnection the repositories use; hot statements go to asyncpg."""
+    """A unit of work's connection: the part of SQLAlchemy's AsyncConnection the repositories use, hot
+    statements on asyncpg, any other through a SQLAlchemy connection made when first needed."""
 
-    def __init__(self, conn: AsyncConnection, raw: RawStatements) -> None:
-        self._conn = conn
+    def __init__(self, proxied: Any, raw: RawStatements, engine: AsyncEngine) -> None:
+        self._proxied = proxied  # the pool's connection, checked out and in a transaction already
         self._raw = raw
-        sync = conn.sync_connection
-        assert sync is not None
-        proxied = sync.connection  # checked out and in a transaction already: no I/O
-        self._adapted: Any = proxied.dbapi_connection  # SQLAlchemy's adapter, which owns the transaction
+        self._engine = engine
+        self._conn: AsyncConnection | None = None  # SQLAlchemy's over the same one, once it is needed
+        self._adapted: Any = proxied.dbapi_connection  # SQLAlchemy's adapter, which sees the transaction
         self._driver: Any = proxied.driver_connection  # the asyncpg connection
-        self._info = sync.info
+        self._info = proxied.info
         self._held: Held | None = None
-        self.dialect = conn.dialect
+        self.dialect = engine.dialect
+
+    async def commit(self) -> None:
+        """End the unit of work's transaction with COMMIT (through SQLAlchemy if it joined it)."""
+        await self._send_held()
+        if self._conn is not None:
+            await self._conn.commit()
+            return
+        self._adapted._transaction = None  # the pool's reset must find nothing to roll back
+        try:
+            await self._driver.execute("COMMIT")
+        except Exception as e:
+            raise self._translated("COMMIT", e) from e
+        ended(self._info.pop(WROTE, False))
+
+    async def rollback(self, cancelled: bool) -> None:
+        """End it with ROLLBACK; never raises. ``cancelled``: the task was cancelled, maybe within a
+        statement, so the connection is dropped (the pool opens another) rather than trusted again."""
+        self._held = None
+        if self._conn is not None:
+            with contextlib.suppress(Exception):
+                await self._conn.rollback()
+            if cancelled:
+                self._proxied.invalidate()
+            return
+        begun, self._adapted._transaction = self._adapted._transaction, None
+        if begun is None:  # COMMIT was sent and failed: PostgreSQL ended the transaction itself
+            ended(False)
+            self._info.pop(WROTE, None)
+            if cancelled or self._driver.is_closed():
+                self._proxied.invalidate()
+            return
+        ended(False)
+        self._info.pop(WROTE, None)
+        if cancelled or self._driver.is_closed():
+            self._proxied.invalidate()
+            return
+        try:
+            await self._driver.execute("ROLLBACK")
+        except Exception:  # the connection is in no state to be trusted: the pool opens another
+            self._proxied.invalidate()
+        except BaseException:
+            self._proxied.invalidate()
+            raise
+
+    async def release(self) -> None:
+        """Give the connection back to the pool (SQLAlchemy's connection does, where one was made)."""
+        if self._conn is None:
+            self._proxied.close()
+            return
+        conn, self._conn = self._conn, None
+        await conn.close()
+
+    async def _sqlalchemy(self) -> AsyncConnection:
+        """SQLAlchemy's connection over this one, in its transaction (made at the first statement that is
+        not hot; from then on it ends the transaction and gives the connection back)."""
+        if self._conn is None:
+            sync = Connection(self._engine.sync_engine, connection=self._proxied)  # no I/O
+            self._conn = AsyncConnection(self._engine, sync)
+        return self._conn
 
     async def hold(
         self, statement: Executable, parameters: dict[str, Any], duplicate: Exception, missing: Exception
@@ -141,17 +175,19 @@ class PostgresConnection:
     async def execute(self, statement: Executable, parameters: Any = None) -> Any:
         await self._send_held()
         ran = await self._run(statement, parameters)
-        return ran if ran is not None else await self._conn.execute(statement, parameters)
+        return ran if ran is not None else await (await self._sqlalchemy()).execute(statement, parameters)
 
     async def scalar(self, statement: Executable, parameters: Any = None) -> Any:
         await self._send_held()
         ran = await self._run(statement, parameters)
-        return ran.scalar() if ran is not None else await self._conn.scalar(statement, parameters)
+        if ran is not None:
+            return ran.scalar()
+        return await (await self._sqlalchemy()).scalar(statement, parameters)
 
     @contextlib.asynccontextmanager
     async def begin_nested(self) -> AsyncIterator[Any]:
         await self._send_held()
-        async with self._conn.begin_nested() as nested:
+        async with (await self._sqlalchemy()).begin_nested() as nested:
             yield nested
 
     async def _send_held(self) -> None:
@@ -183,17 +219,63 @@ class PostgresConnection:
             raise self._translated(compiled.sql, e) from e
 
     def _translated(self, sql: str, error: Exception) -> Exception:
-        return _translated(self._adapted, self._driver, self._conn, sql, error)
+        return _translated(self._adapted, self._driver, self.dialect, sql, error)
 
 
-def _translated(adapted: Any, driver: Any, conn: AsyncConnection, sql: str, error: Exception) -> Exception:
+async def begin(engine: AsyncEngine, raw: RawStatements, tenant_id: str) -> PostgresConnection:
+    """A pooled connection in a transaction for ``tenant_id``'s rows (row-level security): BEGIN and the
+    tenant in one round trip. End it with ``commit`` or ``rollback``, then ``release`` it.
+
+    No ping first: a connection PostgreSQL closed meanwhile (a restart, an idle timeout) fails the BEGIN,
+    before anything was done, and only then is it replaced and the BEGIN sent once more on a fresh one.
+    Raises DBAPIError as SQLAlchemy would."""
+    sql = f"BEGIN; SELECT set_config('app.tenant_id', {_literal(tenant_id)}, true)"
+    for attempt in (1, 2):
+        proxied = await checkout(engine)
+        adapted, driver = proxied.dbapi_connection, proxied.driver_connection
+        assert adapted._transaction is None, "a pooled connection came back in a transaction"
+        COUNTS.statements += 1
+        try:
+            await driver.execute(sql)
+        except BaseException as e:
+            dead = driver.is_closed()
+            if dead or not isinstance(e, Exception):
+                proxied.invalidate()
+            elif driver.is_in_transaction():
+                with contextlib.suppress(Exception):
+                    await driver.execute("ROLLBACK")
+            proxied.close()
+            if not isinstance(e, Exception):
+                raise
+            if attempt == 1 and dead:
+                continue
+            raise _translated(adapted, driver, engine.dialect, sql, e) from e
+        adapted._transaction = _Begun(driver)  # SQLAlchemy's connection, if one is made, joins it
+        return PostgresConnection(proxied, raw, engine)
+    raise AssertionError("unreachable")
+
+
+async def checkout(engine: AsyncEngine) -> Any:
+    """A connection of ``engine``'s pool, outside any transaction; ``close`` gives it back. Raises
+    DBAPIError as SQLAlchemy's own check-out would."""
+    dbapi = engine.dialect.loaded_dbapi
+    try:
+        return await engine.raw_connection()
+    except dbapi.Error as e:
+        raise DBAPIError.instance(None, None, e, dbapi.Error) from e
+
+
+def _translated(adapted: Any, driver: Any, dialect: Any, sql: str, error: Exception) -> Exception:
     """asyncpg's ``error`` as SQLAlchemy raises it (a DBAPIError), or as it came if not the database's."""
-    dbapi = conn.dialect.loaded_dbapi
+    dbapi = dialect.loaded_dbapi
     try:
         adapted._handle_exception(error)  # raises the DB-API form of asyncpg's error
     except dbapi.Error as shaped:
         invalidated = driver.is_closed()
-        return DBAPIError.instance(sql, None, shaped, dbapi.Error, connection_invalidated=invalidated)
+        translated: Exception = DBAPIError.instance(
+            sql, None, shaped, dbapi.Error, connection_invalidated=invalidated
+        )
+        return translated
     except Exception:  # not the database's: raised as it came
         return error
     return error
@@ -237,7 +319,8 @@ class ReadingConnection:
         self._engine = engine
         self._raw = raw
         self._tenant_id = tenant_id
-        self._conn: AsyncConnection | None = None
+        self._proxied: Any = None  # the pool's connection, checked out at the first read
+        self._busy = False  # inside a read: closed now (cancelled), the connection is not given back
         self._read = False  # a read ran: a connection found dead after that is not replaced silently
         self.dialect = engine.dialect
 
@@ -249,29 +332,29 @@ class ReadingConnection:
         COUNTS.statements += 1
         COUNTS.transactions += 1  # each read is its own transaction
         for attempt in (1, 2, 3):
-            conn = await self._connection()
-            sync = conn.sync_connection
-            assert sync is not None
-            driver: Any = sync.connection.driver_connection
+            proxied = await self._connection()
+            driver: Any = proxied.driver_connection
+            self._busy = True
             try:
-                call = await self._function(driver, sync.connection.info, compiled)
+                call = await self._function(driver, proxied.info, compiled)
                 if call is None:
                     fetched = await self._in_transaction(driver, compiled.sql, values)
                 else:
                     fetched = await driver.fetch(call, *values, self._tenant_id)
             except Exception as e:
+                self._busy = False
                 if attempt < 3 and _undefined_function(e):
-                    info = sync.connection.info
-                    info.pop(_FUNCTIONS, None)  # DISCARD dropped it: made again
+                    proxied.info.pop(_FUNCTIONS, None)  # DISCARD dropped it: made again
                     if attempt == 2:  # lost again at once: a pooler that does not keep sessions
-                        info[_NO_FUNCTIONS] = True
+                        proxied.info[_NO_FUNCTIONS] = True
                     continue
-                error = _translated(sync.connection.dbapi_connection, driver, conn, compiled.sql, e)
+                error = _translated(proxied.dbapi_connection, driver, self.dialect, compiled.sql, e)
                 if isinstance(error, DBAPIError) and error.connection_invalidated:
-                    await self._drop()
+                    self._drop()
                     if attempt == 1 and not self._read:  # nothing read yet: once more on a fresh one
                         continue
                 raise error from e
+            self._busy = False
             self._read = True
             return compiled.rows(fetched, len(fetched))
         raise AssertionError("unreachable")
@@ -286,22 +369,25 @@ class ReadingConnection:
         raise TypeError("a reading unit of work runs hot reads only; use unit_of_work")
 
     async def close(self) -> None:
-        if self._conn is not None:
-            conn, self._conn = self._conn, None
-            await conn.close()
+        """Give the connection back to the pool; one closed inside a read (a cancelled request) is
+        dropped instead, as its statement may still be running (the pool opens another)."""
+        if self._busy:
+            self._drop()
+            return
+        proxied, self._proxied = self._proxied, None
+        if proxied is not None:
+            proxied.close()
 
-    async def _connection(self) -> AsyncConnection:
-        if self._conn is None:
-            self._conn = await self._engine.connect().start()  # checked out; no transaction begun
-        return self._conn
+    async def _connection(self) -> Any:
+        if self._proxied is None:
+            self._proxied = await checkout(self._engine)  # no transaction begun
+        return self._proxied
 
-    async def _drop(self) -> None:
-        conn, self._conn = self._conn, None
-        if conn is not None:
-            with contextlib.suppress(Exception):
-                await conn.invalidate()
-            with contextlib.suppress(Exception):
-                await conn.close()
+    def _drop(self) -> None:
+        proxied, self._proxied = self._proxied, None
+        if proxied is not None:
+            proxied.invalidate()
+            proxied.close()
 
     async def _in_transaction(self, driver: Any, sql: str, values: list[Any]) -> Any:
         """The read in a transaction that sets its tenant, as a unit of work runs it: three round trips,

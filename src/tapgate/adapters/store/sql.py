@@ -22,7 +22,7 @@ from sqlalchemy.sql.base import Executable
 
 from tapgate.adapters.store import tables as t
 from tapgate.adapters.store.counting import count
-from tapgate.adapters.store.postgres_raw import PostgresConnection, ReadingConnection, begin_for_tenant
+from tapgate.adapters.store.postgres_raw import ReadingConnection, begin
 from tapgate.adapters.store.raw import RawStatements
 from tapgate.adapters.store.sql_accounts import SqlCredentials, SqlPauses, SqlTenants, SqlUsers
 from tapgate.adapters.store.sql_base import Conn
@@ -83,15 +83,21 @@ class SqlStore:
                     yield uow
                     await uow.chain.before_commit()
                 return
-            async with contextlib.AsyncExitStack() as held:
-                conn = await self._begin_for_tenant(held, tenant_id)
-                assert self._raw is not None
-                uow = SqlUnitOfWork(PostgresConnection(conn, self._raw), tenant_id, concurrent=True)
+            assert self.engine is not None and self._raw is not None
+            conn = await begin(self.engine, self._raw, tenant_id)
+            try:
+                uow = SqlUnitOfWork(conn, tenant_id, concurrent=True)
                 yield uow
                 # Delivered to every listening process exactly when this transaction commits; each
                 # names this process, whose own listener skips it (its waiters were woken at commit).
                 notify = Notify(CHANNEL, self.origin + " ", list(uow.keys)) if self.database_notify else None
                 await uow.chain.before_commit(notify)
+                await conn.commit()
+            except BaseException as e:
+                await conn.rollback(cancelled=not isinstance(e, Exception))
+                raise
+            finally:
+                await conn.release()
         except DBAPIError as e:
             raise _storage_error(e) from e
 
@@ -121,12 +127,6 @@ class SqlStore:
         """A transaction on a pooled connection, held open by ``held``, and its ``first`` statement's
         result (see ``_begun``)."""
         return await self._begun(held, lambda conn: conn.execute(first, parameters))
-
-    async def _begin_for_tenant(self, held: contextlib.AsyncExitStack, tenant_id: str) -> AsyncConnection:
-        """A transaction on a pooled connection for ``tenant_id``'s rows (row-level security), held open
-        by ``held`` (see ``_begun``)."""
-        conn, _ = await self._begun(held, lambda conn: begin_for_tenant(conn, tenant_id))
-        return conn
 
     async def _begun(
         self, held: contextlib.AsyncExitStack, start: Callable[[AsyncConnection], Awaitable[T]]
