@@ -120,10 +120,17 @@ _frames = st.one_of(
 
 
 def _next_invoke(link: ClientConnection, call_id: str) -> dict[str, Any]:
-    while True:  # frames of earlier calls may come first; each recv is bounded
+    """The call's ``device:invoke``. Calls of earlier examples (a link closed before it was sent one) may
+    come first: they are answered, as a device answers every call it is sent. Left unanswered, they would
+    fill the link's page (``answering.MAX_FETCH``, oldest first) and, with calls that live ten minutes here,
+    keep the new one off the link (tests/test_link_pages.py)."""
+    while True:  # each recv is bounded
         frame = json.loads(link.recv(timeout=SECONDS))
-        if frame.get("type") == "device:invoke" and frame.get("callId") == call_id:
+        if frame.get("type") != "device:invoke":
+            continue
+        if frame.get("callId") == call_id:
             return dict(frame)
+        link.send(json.dumps({"type": "device:result", "callId": frame["callId"], "status": "failed"}))
 
 
 @settings(
