@@ -4,10 +4,14 @@ of changed rows, and the same refusal of a duplicate row."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from sqlalchemy.dialects import sqlite
+from sqlalchemy.types import DateTime
 from sqlalchemy.exc import IntegrityError
 
 from tapgate.adapters.store import queries as q
@@ -69,9 +73,28 @@ def found(rows: list[Any], rowcount: int | None) -> bool:
     return bool(rows) or (rowcount or 0) > 0
 
 
-def test_every_hot_statement_is_compiled_for_the_driver() -> None:
-    from sqlalchemy.dialects import sqlite
+@given(
+    st.datetimes(
+        min_value=datetime(1000, 1, 2), max_value=datetime(9999, 12, 30), timezones=st.just(UTC)
+    ),
+    st.integers(min_value=-14 * 60, max_value=14 * 60),
+)
+def test_a_time_is_written_on_sqlite_as_sqlalchemys_datetime_writes_it(when: datetime, minutes: int) -> None:
+    """The store's own conversion of a time for SQLite (``UtcDateTime.bind_processor``) writes the text
+    SQLAlchemy's DATETIME writes for the same UTC time, whatever zone it came in: the text is what SQLite
+    compares and sorts, and rows written before it must still compare with rows written after."""
+    dialect = sqlite.dialect()
+    ours = t.UtcDateTime().dialect_impl(dialect).bind_processor(dialect)
+    theirs = DateTime().dialect_impl(dialect).bind_processor(dialect)
+    assert ours is not None and theirs is not None
+    zoned = when.astimezone(timezone(timedelta(minutes=minutes)))
+    assert ours(zoned) == theirs(when.replace(tzinfo=None))
+    assert ours(None) is None
+    with pytest.raises(ValueError, match="naive"):
+        ours(when.replace(tzinfo=None))
 
+
+def test_every_hot_statement_is_compiled_for_the_driver() -> None:
     raw = RawStatements(sqlite.dialect())
     assert len(STATEMENTS) >= 19
     for name in STATEMENTS:

@@ -42,6 +42,24 @@ class UtcDateTime(TypeDecorator[datetime]):
         value = value.astimezone(UTC)
         return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
 
+    def bind_processor(self, dialect: Dialect) -> Any:
+        """On SQLite, the text SQLAlchemy's own DATETIME writes (``2026-12-03 05:50:01.000000``: always
+        six digits, so the text sorts as the time does), made in one step: a third of the time of
+        ``process_bind_param`` followed by SQLAlchemy's formatting, and a call binds several."""
+        if dialect.name != "sqlite":
+            return super().bind_processor(dialect)
+
+        def process(value: datetime | None) -> str | None:
+            if value is None:
+                return None
+            if value.tzinfo is None:
+                raise ValueError("naive datetime given to the store; pass an aware UTC time")
+            if value.tzinfo is not UTC:
+                value = value.astimezone(UTC)
+            return value.replace(tzinfo=None).isoformat(" ", "microseconds")
+
+        return process
+
     def process_result_value(self, value: Any, dialect: Dialect) -> datetime | None:
         if value is None:
             return None
