@@ -8,6 +8,7 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
 
 from fastapi import FastAPI
+from fastapi.routing import APIRoute
 from fastapi.telemetry import TelemetryConfig
 from prometheus_client import CollectorRegistry
 from starlette.routing import Route
@@ -17,10 +18,12 @@ from tapgate.api import errors, reference
 from tapgate.api.console import headers as console_headers
 from tapgate.api.console import routes as console
 from tapgate.api.db_metrics import register_db_metrics
+from tapgate.api.first import FirstApp
+from tapgate.api.held import HeldFirst
 from tapgate.api.json_keys import NoRepeatedKeys
 from tapgate.api.lapse import EndOnLapse
 from tapgate.api.mcp import McpEndpoint
-from tapgate.api.middleware import BodyLimit, Observe
+from tapgate.api.middleware import BodyLimit, HttpMetrics, Observe
 from tapgate.api.push_metrics import register_push_metrics
 from tapgate.api.routes import (
     accounts,
@@ -108,7 +111,7 @@ def create_app(
         finally:
             await gateway.close()
 
-    app = link.LinkFirstApp(
+    app = FirstApp(
         title="tapgate",
         version=__version__,
         summary="Let an AI agent act on a person's devices while the person stays in charge.",
@@ -156,6 +159,16 @@ def create_app(
     app.add_middleware(StreamLimit, slots=app.state.stream_slots)
     app.add_middleware(console_headers.ConsoleHeaders)
     app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
-    app.add_middleware(Observe, registry=app.state.metrics)
+    app.state.http_metrics = HttpMetrics(app.state.metrics)
+    app.add_middleware(Observe, metrics=app.state.http_metrics)
     app.link_served = gateway.device_channel  # the device link passes through nothing of the above
+    # Nor does a request that may hold, where its route has a plan: it is served with what the above do.
+    held_routes = [*invocations.router.routes, *(device.router.routes if gateway.device_channel else [])]
+    app.held = HeldFirst(
+        [r for r in held_routes if isinstance(r, APIRoute)],
+        gateway,
+        app.state.http_metrics,
+        app.state.stream_slots,
+        max_body_bytes,
+    )
     return app

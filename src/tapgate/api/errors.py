@@ -72,20 +72,32 @@ def describe_validation(
     return 422, "invalid", sentence(kind, field, first)
 
 
+def tapgate_error_response(error: e.TapgateError) -> JSONResponse:
+    """The answer to a refusal: its status, code and sentence (a second answer also learns the first)."""
+    headers = {"Retry-After": str(error.retry_after)} if isinstance(error, e.RateLimited) else None
+    response = error_response(status_of(error), error.code, error.message, headers)
+    first = getattr(error, "first", None)
+    if first is not None:  # a second answer learns the first
+        body = {
+            "error": {"code": error.code, "message": error.message},
+            "first": {"id": first.invocation_id, "status": first.status.value},
+        }
+        return JSONResponse(body, status_code=response.status_code)
+    return response
+
+
+def crash_response(error: Exception) -> JSONResponse:
+    """The answer to a failure of tapgate's own, logged by class only: the message of a library error can
+    quote request or row contents."""
+    log.error("unhandled error", extra={"error": type(error).__name__})
+    return error_response(500, "internal", "tapgate failed on this request; the server log has the error.")
+
+
 def install(app: FastAPI) -> None:
     @app.exception_handler(e.TapgateError)
     async def _tapgate(_: Request, error: Exception) -> JSONResponse:
         assert isinstance(error, e.TapgateError)
-        headers = {"Retry-After": str(error.retry_after)} if isinstance(error, e.RateLimited) else None
-        response = error_response(status_of(error), error.code, error.message, headers)
-        first = getattr(error, "first", None)
-        if first is not None:  # a second answer learns the first
-            body = {
-                "error": {"code": error.code, "message": error.message},
-                "first": {"id": first.invocation_id, "status": first.status.value},
-            }
-            return JSONResponse(body, status_code=response.status_code)
-        return response
+        return tapgate_error_response(error)
 
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, error: Exception) -> JSONResponse:
@@ -105,8 +117,4 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(Exception)
     async def _crash(_: Request, error: Exception) -> JSONResponse:
-        # Only the class: the message of a library error can quote request or row contents.
-        log.error("unhandled error", extra={"error": type(error).__name__})
-        return error_response(
-            500, "internal", "tapgate failed on this request; the server log has the error."
-        )
+        return crash_response(error)

@@ -35,7 +35,7 @@ Handler = Callable[[Request], Coroutine[Any, Any, Response]]
 
 
 @dataclass(frozen=True)
-class _Plan:
+class Plan:
     endpoint: Callable[..., Awaitable[Any]]
     body: tuple[str, type[BaseModel]] | None  # the body parameter's name and model
     path: tuple[str, ...]  # path parameters, strings
@@ -46,14 +46,21 @@ class _Plan:
 
     async def values(self, request: Request) -> dict[str, Any] | None:
         """The endpoint's arguments, or None when the request is not in the plain shape."""
+        values = await self.shaped(request)
+        return None if values is None else await self.authenticated(request, values)
+
+    async def shaped(self, request: Request, data: Any = None) -> dict[str, Any] | None:
+        """The endpoint's arguments but its caller, or None when the request is not in the plain shape
+        (nothing is authenticated yet). ``data``: the body, parsed already."""
         values: dict[str, Any] = {}
         if self.body is not None:
             if request.headers.get("content-type") != "application/json":
                 return None
-            try:
-                data = json.loads(await request.body())
-            except (ValueError, RecursionError):  # FastAPI's handler says which, as it always does
-                return None
+            if data is None:
+                try:
+                    data = json.loads(await request.body())
+                except (ValueError, RecursionError):  # FastAPI's handler says which, as it always does
+                    return None
             if not isinstance(data, dict):
                 return None
             name, model = self.body
@@ -61,8 +68,7 @@ class _Plan:
                 values[name] = model.model_validate(data)
             except (ValidationError, RecursionError):
                 return None
-        token = bearer_token(request) if self.by_token else None
-        if self.by_token and token is None:
+        if self.by_token and bearer_token(request) is None:
             return None
         for name in self.path:
             values[name] = request.path_params[name]
@@ -74,9 +80,15 @@ class _Plan:
         gw = gateway(request)
         for name in self.gateway:
             values[name] = gw
-        for name, authenticate in self.by_token:  # last: past this point the request is served here
+        return values
+
+    async def authenticated(self, request: Request, values: dict[str, Any]) -> dict[str, Any]:
+        """``values`` with the caller, authenticated by its token (``shaped`` found one): past this point
+        the request is served by the plan. Raises what the authentication raises."""
+        for name, authenticate in self.by_token:
+            token = bearer_token(request)
             assert token is not None
-            values[name] = await authenticate(gw, token)
+            values[name] = await authenticate(gateway(request), token)
         return values
 
     def respond(self, result: Any) -> Response:
@@ -99,7 +111,8 @@ def _dependant(route: APIRoute) -> Any:
     return route.dependant
 
 
-def _plan(route: APIRoute) -> _Plan | None:
+def plan_for(route: APIRoute) -> Plan | None:
+    """How ``route`` is served without FastAPI's handler, or None when its parameters allow no plan."""
     dependant = _dependant(route)
     if dependant is None or dependant.header_params or dependant.cookie_params:
         return None
@@ -136,7 +149,7 @@ def _plan(route: APIRoute) -> _Plan | None:
             by_token.append((dependency.name, dependency.call.authenticate))
         else:
             return None
-    return _Plan(
+    return Plan(
         endpoint=route.endpoint,
         body=body,
         path=tuple(p.name for p in dependant.path_params),
@@ -155,7 +168,7 @@ class FastRoute(APIRoute):
 
     def get_route_handler(self) -> Handler:
         standard = super().get_route_handler()
-        plan = _plan(self)
+        plan = plan_for(self)
         self.planned = plan is not None
         if plan is None:
             return standard

@@ -27,16 +27,20 @@ def _no_repeats(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return seen
 
 
-def repeated_key(body: bytes) -> str | None:
-    """The first key the JSON ``body`` repeats; None if it repeats none or is not JSON at all (the route
-    answers that)."""
+def parse_once(body: bytes) -> tuple[Any, str | None]:
+    """The JSON ``body`` parsed, and the first key it repeats, in one parse: (its value, None); (None,
+    the key) if it repeats one; (None, None) if it is not JSON at all (the route answers that)."""
     try:
-        json.loads(body, object_pairs_hook=_no_repeats)
+        return json.loads(body, object_pairs_hook=_no_repeats), None
     except _Repeated as e:
-        return e.key
+        return None, e.key
     except (ValueError, RecursionError):
-        return None
-    return None
+        return None, None
+
+
+def repeated_key(body: bytes) -> str | None:
+    """The first key the JSON ``body`` repeats; None if it repeats none or is not JSON at all."""
+    return parse_once(body)[1]
 
 
 class NoRepeatedKeys:

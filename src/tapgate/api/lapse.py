@@ -19,7 +19,8 @@ _HOLDING_PATHS = ("/v1/events", "/mcp")
 _GONE = "This token was revoked or has expired; ask for a new one."
 
 
-def _bearer(scope: Scope) -> str | None:
+def bearer(scope: Scope) -> str | None:
+    """The bearer token of a request's Authorization header, if it has one."""
     for name, value in scope["headers"]:
         if name == b"authorization":
             scheme, _, token = value.decode("latin-1").partition(" ")
@@ -46,44 +47,52 @@ class EndOnLapse:
         self.gateway = gateway
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        token = _bearer(scope) if scope["type"] == "http" and holds(scope) else None
+        token = bearer(scope) if scope["type"] == "http" and holds(scope) else None
         if token is None:
             await self.app(scope, receive, send)
             return
-        request = asyncio.current_task()
-        assert request is not None
-        serving = started = finished = lapsed = False
+        await serve_watched(self.gateway, token, self.app, scope, receive, send)
 
-        def lapse() -> None:
-            nonlocal lapsed
-            if serving and not finished:  # never a cancel that could land outside the app
-                lapsed = True
-                request.cancel()
 
-        async def sending(message: Message) -> None:
-            nonlocal started, finished
-            if message["type"] == "http.response.start":
-                started = True
-            elif message["type"] == "http.response.body" and not message.get("more_body", False):
-                finished = True
-            await send(message)
+async def serve_watched(
+    gateway: Gateway, token: str, app: ASGIApp, scope: Scope, receive: Receive, send: Send
+) -> None:
+    """Serve ``app`` with a watch on ``token``: a lapse cancels it where it waits, and the request is
+    answered 401 if nothing was answered yet, else its stream is closed."""
+    request = asyncio.current_task()
+    assert request is not None
+    serving = started = finished = lapsed = False
 
-        async with self.gateway.watch_token(token, lapse):
-            serving = True
-            try:
-                await self.app(scope, receive, sending)
-            except asyncio.CancelledError:
-                if not lapsed:
-                    raise
-            finally:
-                serving = False
-                if lapsed:
-                    request.uncancel()  # the lapse is handled here; the task goes on to answer
-        if not lapsed or finished:
-            return
-        with contextlib.suppress(Exception):  # the client may have gone already
-            if not started:
-                headers = {"WWW-Authenticate": "Bearer"}
-                await error_response(401, Unauthenticated.code, _GONE, headers)(scope, receive, send)
-            else:
-                await send({"type": "http.response.body", "body": b"", "more_body": False})
+    def lapse() -> None:
+        nonlocal lapsed
+        if serving and not finished:  # never a cancel that could land outside the app
+            lapsed = True
+            request.cancel()
+
+    async def sending(message: Message) -> None:
+        nonlocal started, finished
+        if message["type"] == "http.response.start":
+            started = True
+        elif message["type"] == "http.response.body" and not message.get("more_body", False):
+            finished = True
+        await send(message)
+
+    async with gateway.watch_token(token, lapse):
+        serving = True
+        try:
+            await app(scope, receive, sending)
+        except asyncio.CancelledError:
+            if not lapsed:
+                raise
+        finally:
+            serving = False
+            if lapsed:
+                request.uncancel()  # the lapse is handled here; the task goes on to answer
+    if not lapsed or finished:
+        return
+    with contextlib.suppress(Exception):  # the client may have gone already
+        if not started:
+            headers = {"WWW-Authenticate": "Bearer"}
+            await error_response(401, Unauthenticated.code, _GONE, headers)(scope, receive, send)
+        else:
+            await send({"type": "http.response.body", "body": b"", "more_body": False})

@@ -62,11 +62,10 @@ class BodyLimit:
         await self.app(scope, receive, send)
 
 
-class Observe:
-    """Count and time every request by route template, and write one access log line without bodies."""
+class HttpMetrics:
+    """Every request counted and timed by route template, and one access log line without bodies."""
 
-    def __init__(self, app: ASGIApp, registry: CollectorRegistry) -> None:
-        self.app = app
+    def __init__(self, registry: CollectorRegistry) -> None:
         self.requests = Counter(
             "tapgate_http_requests",
             "HTTP requests by route and status",
@@ -80,6 +79,24 @@ class Observe:
             registry=registry,
             buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 1, 5, 30),
         )
+
+    def record(self, method: str, template: str, status: int, started: float) -> None:
+        """A request to ``template`` answered ``status``; it began at ``started`` (``perf_counter``)."""
+        elapsed = time.perf_counter() - started
+        self.requests.labels(method, template, str(status)).inc()
+        self.latency.labels(method, template).observe(elapsed)
+        access.info(
+            "request",
+            extra={"method": method, "route": template, "status": status, "ms": round(elapsed * 1000, 2)},
+        )
+
+
+class Observe:
+    """Records every HTTP request in ``metrics``."""
+
+    def __init__(self, app: ASGIApp, metrics: HttpMetrics) -> None:
+        self.app = app
+        self.metrics = metrics
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -99,18 +116,7 @@ class Observe:
         finally:
             route: Any = scope.get("route")
             template = getattr(route, "path", None) or _mounted(scope)
-            elapsed = time.perf_counter() - started
-            self.requests.labels(scope["method"], template, str(status)).inc()
-            self.latency.labels(scope["method"], template).observe(elapsed)
-            access.info(
-                "request",
-                extra={
-                    "method": scope["method"],
-                    "route": template,
-                    "status": status,
-                    "ms": round(elapsed * 1000, 2),
-                },
-            )
+            self.metrics.record(scope["method"], template, status, started)
 
 
 def _mounted(scope: Scope) -> str:

@@ -10,6 +10,7 @@ from urllib.parse import parse_qs
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from tapgate.api.errors import error_response
+from tapgate.api.lapse import bearer
 from tapgate.domain.errors import RateLimited, Unauthenticated
 from tapgate.domain.tokens import parse_token
 
@@ -47,14 +48,6 @@ class StreamSlots:
         )
 
 
-def _bearer(scope: Scope) -> str | None:
-    for name, value in scope["headers"]:
-        if name == b"authorization":
-            scheme, _, token = value.decode("latin-1").partition(" ")
-            return token.strip() if scheme.lower() == "bearer" and token.strip() else None
-    return None
-
-
 def is_stream(scope: Scope) -> bool:
     """An event stream, the MCP server's stream, or a long-poll that asks to wait."""
     if scope["method"] != "GET":
@@ -74,7 +67,7 @@ class StreamLimit:
         self.slots = slots
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        token = _bearer(scope) if scope["type"] == "http" and is_stream(scope) else None
+        token = bearer(scope) if scope["type"] == "http" and is_stream(scope) else None
         key = self.slots.key(token) if token else None
         if key is None:
             await self.app(scope, receive, send)

@@ -14,9 +14,7 @@ import contextlib
 import json
 import logging
 
-from fastapi import FastAPI
 from prometheus_client import CollectorRegistry, Counter, Gauge
-from starlette.types import Receive, Scope, Send
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from tapgate import tasks
@@ -49,21 +47,6 @@ def _bearer(ws: WebSocket) -> str | None:
 
 
 PATH = "/v1/device/connect"
-
-
-class LinkFirstApp(FastAPI):
-    """FastAPI, with the device link served ahead of everything else: the framework's middleware,
-    routing and tapgate's own layers, none of which acts on a WebSocket. A link lives for hours, and
-    each layer it passed through would hold its own state for as long (docs/performance.md)."""
-
-    link_served = False  # set where the device channel is on (gate G12: otherwise no such path)
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if self.link_served and scope["type"] == "websocket" and scope["path"] == PATH:
-            scope["app"] = self  # as Starlette gives it to every request
-            await connect(WebSocket(scope, receive, send))
-            return
-        await super().__call__(scope, receive, send)
 
 
 async def connect(ws: WebSocket) -> None:

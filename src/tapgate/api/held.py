@@ -1,0 +1,156 @@
+"""Requests that may hold — a device's long-poll, an agent's call and its read that waits — served ahead of
+the framework, with what its layers do for them done here.
+
+A request keeps a frame of every layer it passed through for as long as it waits: Starlette's and
+FastAPI's middleware, routing and exception layers (three ``AsyncExitStack``s among them) and tapgate's
+own, about 14 KiB of a held long-poll's 35 (docs/performance.md, fourteenth step); and each layer costs
+CPU on every call. So a request that may hold, to a route served by a plan (``fast_routes.py``) and in
+the shape the plan serves, is served here by one coroutine that does what the layers would do for it: the
+request's metrics and access log (``Observe``), the body's limit (``BodyLimit``) and its repeated keys
+(``NoRepeatedKeys``), the token's stream slot (``StreamLimit``) and its watch (``EndOnLapse``), and the
+errors' answers (``errors.py``). Any other request — a body over the limit, sent without a length or
+repeating a key, a stream slot refused, anything the plan does not serve — goes through the whole stack
+with its body replayed, and is answered there as always.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+from fastapi import Request
+from fastapi.routing import APIRoute
+from starlette.routing import Match
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from tapgate.api.errors import crash_response, tapgate_error_response
+from tapgate.api.fast_routes import Plan, plan_for
+from tapgate.api.json_keys import parse_once
+from tapgate.api.lapse import bearer, holds, serve_watched
+from tapgate.api.middleware import HttpMetrics
+from tapgate.api.streams import StreamSlots, is_stream
+from tapgate.domain.errors import TapgateError
+from tapgate.gateway import Gateway
+
+Full = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+
+class HeldFirst:
+    """The planned routes whose requests may hold, served ahead of the framework (``serve``)."""
+
+    def __init__(
+        self,
+        routes: Sequence[APIRoute],
+        gateway: Gateway,
+        metrics: HttpMetrics,
+        slots: StreamSlots,
+        max_body_bytes: int,
+    ) -> None:
+        self._routes = [(r, p) for r in routes if (p := plan_for(r)) is not None]
+        self._gateway = gateway
+        self._metrics = metrics
+        self._slots = slots
+        self._max_body_bytes = max_body_bytes
+
+    def takes(self, scope: Scope) -> bool:
+        """Whether ``scope`` is a request that may hold (``lapse.holds``)."""
+        return scope["type"] == "http" and holds(scope)
+
+    async def serve(self, app: ASGIApp, full: Full, scope: Scope, receive: Receive, send: Send) -> None:
+        """Serve the request here if its route has a plan and it is in the plan's shape; else ``full``,
+        the whole stack, serves it (with the body read here replayed)."""
+        started = time.perf_counter()
+        matched = self._match(scope)
+        if matched is None:
+            await full(scope, receive, send)
+            return
+        route, plan, path_params = matched
+        body, messages = await self._body(scope, receive)
+        replay = _replaying(messages, receive)
+        if body is None:
+            await full(scope, replay, send)
+            return
+        data: Any = None
+        if body.lstrip()[:1] in (b"{", b"["):
+            data, repeated = parse_once(body)  # one parse for the repeated keys and the plan
+            if repeated is not None:  # NoRepeatedKeys refuses it
+                await full(scope, replay, send)
+                return
+        token = bearer(scope)
+        scope["app"], scope["path_params"] = app, path_params  # as Starlette and its router set them
+        request = Request(scope, replay)
+        values = await plan.shaped(request, data)
+        slot = StreamSlots.key(token) if token and is_stream(scope) else None
+        if values is None or token is None or (slot is not None and not self._slots.take(slot)):
+            await full(scope, _replaying(messages, receive), send)
+            return
+        status = 500
+
+        async def observed(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        async def answer(scope: Scope, receive: Receive, send: Send) -> None:
+            try:
+                response = plan.respond(await plan.endpoint(**await plan.authenticated(request, values)))
+            except TapgateError as e:
+                response = tapgate_error_response(e)
+            except Exception as e:
+                response = crash_response(e)
+            await response(scope, receive, send)
+
+        try:
+            await serve_watched(self._gateway, token, answer, scope, replay, observed)
+        finally:
+            if slot is not None:
+                self._slots.give(slot)
+            self._metrics.record(scope["method"], route.path, status, started)
+
+    def _match(self, scope: Scope) -> tuple[APIRoute, Plan, dict[str, Any]] | None:
+        for route, plan in self._routes:
+            match, child = route.matches(scope)
+            if match is Match.FULL:
+                return route, plan, child["path_params"]
+        return None
+
+    async def _body(self, scope: Scope, receive: Receive) -> tuple[bytes | None, list[Message]]:
+        """The request's body and the messages it came in; None for a body this path does not take (over
+        the limit, or of no announced length: the whole stack refuses those)."""
+        length: bytes | None = None
+        for name, value in scope["headers"]:
+            if name == b"content-length":
+                length = value
+            elif name == b"transfer-encoding":
+                return None, []
+        if length is None:
+            return (b"", []) if scope["method"] == "GET" else (None, [])
+        if not length.isdigit() or int(length) > self._max_body_bytes:
+            return None, []
+        messages: list[Message] = []
+        chunks: list[bytes] = []
+        while True:
+            message = await receive()
+            messages.append(message)
+            if message["type"] != "http.request":
+                return None, messages
+            chunks.append(message.get("body", b""))
+            if not message.get("more_body", False):
+                break
+        return b"".join(chunks), messages
+
+
+def _replaying(messages: list[Message], receive: Receive) -> Receive:
+    """``receive`` with ``messages``, read from it already, given first."""
+    if not messages:
+        return receive
+    pending = list(messages)
+
+    async def replay() -> Message:
+        if pending:
+            return pending.pop(0)
+        return await receive()
+
+    return replay
