@@ -15,7 +15,8 @@ import pytest
 from sqlalchemy.engine import make_url
 
 from tapgate.adapters.clock import FrozenClock
-from tapgate.adapters.store.migrate import migrate, pending_migrations
+from tapgate.adapters.store.migrate import migrate
+from tapgate.adapters.store.schema_version import pending_migrations
 from tapgate.adapters.store.sql import open_sql_store
 from tapgate.domain.errors import ConfigurationError
 from tapgate.services import accounts

@@ -248,7 +248,7 @@ def serve(
     """Run the gateway; refuses to start, with the reason, on a bad configuration."""
     import uvicorn
 
-    from tapgate.adapters.store.migrate import pending_migrations
+    from tapgate.adapters.store.schema_version import pending_migrations
     from tapgate.adapters.store.urls import is_postgres
     from tapgate.bootstrap import check_push_settings, check_wake_settings, load_policies, web_push_key
     from tapgate.listening import needs_https_warning, port_in_use, serve_url

@@ -42,41 +42,6 @@ async def upgrade(url: URL) -> None:
         await engine.dispose()
 
 
-async def pending_migrations(database_url: str) -> bool:
-    """True when the database is behind the latest schema (or has none).
-
-    Raises ConfigurationError when the database is at a revision this tapgate does not know (it was
-    migrated by a newer release).
-    """
-    from alembic.runtime.migration import MigrationContext
-    from alembic.script import ScriptDirectory
-
-    config = Config()
-    config.set_main_option("script_location", str(MIGRATIONS))
-    head = ScriptDirectory.from_config(config).get_current_head()
-    engine = create_async_engine(engine_url(database_url))
-    try:
-        async with engine.connect() as conn:
-            current = await conn.run_sync(
-                lambda sync: MigrationContext.configure(sync).get_current_revision()
-            )
-    finally:
-        await engine.dispose()
-    if current is not None and current != head and current not in _known_revisions():
-        raise ConfigurationError(
-            f"The database is at schema {current}, newer than this tapgate knows ({head}); upgrade tapgate."
-        )
-    return current != head
-
-
-def _known_revisions() -> set[str]:
-    from alembic.script import ScriptDirectory
-
-    config = Config()
-    config.set_main_option("script_location", str(MIGRATIONS))
-    return {script.revision for script in ScriptDirectory.from_config(config).walk_revisions()}
-
-
 def _ident(name: str | None, what: str) -> str:
     if not name or not _IDENT.fullmatch(name):
         raise ConfigurationError(

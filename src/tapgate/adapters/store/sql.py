@@ -1,4 +1,4 @@
-"""The Store over SQLAlchemy's async engine: SQLite (aiosqlite, WAL) and PostgreSQL (asyncpg, RLS).
+"""The Store over SQL: SQLite (stdlib sqlite3 on the event loop, ``sqlite.py``) and PostgreSQL (asyncpg, RLS).
 
 Every query names its tenant; on PostgreSQL each transaction also sets ``app.tenant_id`` so that
 row-level security hides every other tenant's rows even from a query that forgot to.
