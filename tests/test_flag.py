@@ -43,3 +43,22 @@ async def test_a_cancelled_waiter_leaves_nothing_behind() -> None:
     assert flag._waiters == []  # nothing left to wake, nothing kept
     flag.set()
     assert flag.is_set()
+
+
+async def test_a_timed_wait_ends_when_set_or_when_its_time_is_up_and_leaves_nothing_behind() -> None:
+    flag = Flag()
+    waiter = asyncio.create_task(flag.wait_for(60))
+    await asyncio.sleep(0)
+    flag.set()
+    flag.clear()  # before the waiter ran: it was woken all the same
+    assert await waiter is True
+    assert await flag.wait_for(0.01) is False  # nobody sets it: its time is up
+    assert flag._waiters == []
+    cancelled = asyncio.create_task(flag.wait_for(60))
+    await asyncio.sleep(0)
+    cancelled.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await cancelled
+    assert flag._waiters == []
+    flag.set()
+    assert await flag.wait_for(0) is True  # set: no wait at all

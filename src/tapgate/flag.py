@@ -17,7 +17,7 @@ class Flag:
 
     def __init__(self) -> None:
         self._value = False
-        self._waiters: list[asyncio.Future[None]] | None = None
+        self._waiters: list[asyncio.Future[bool]] | None = None
 
     def is_set(self) -> bool:
         return self._value
@@ -30,7 +30,7 @@ class Flag:
         waiters, self._waiters = self._waiters, None
         for waiter in waiters or ():
             if not waiter.done():
-                waiter.set_result(None)
+                waiter.set_result(True)
 
     def clear(self) -> None:
         self._value = False
@@ -39,7 +39,7 @@ class Flag:
         """Until it is set (at once if it is); True, as ``asyncio.Event.wait``."""
         if self._value:
             return True
-        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        waiter: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         if self._waiters is None:
             self._waiters = []
         self._waiters.append(waiter)
@@ -47,5 +47,30 @@ class Flag:
             await waiter
             return True
         finally:
-            if self._waiters is not None and waiter in self._waiters:
-                self._waiters.remove(waiter)
+            self._drop(waiter)
+
+    async def wait_for(self, seconds: float) -> bool:
+        """Until it is set (True, at once if it is) or ``seconds`` have passed (False). One timer and no
+        timeout object, which a held long-poll would keep (about 0.6 KiB) for as long as it waits."""
+        if self._value:
+            return True
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[bool] = loop.create_future()
+        if self._waiters is None:
+            self._waiters = []
+        self._waiters.append(waiter)
+        timer = loop.call_later(max(0.0, seconds), _time_up, waiter)
+        try:
+            return await waiter
+        finally:
+            timer.cancel()
+            self._drop(waiter)
+
+    def _drop(self, waiter: asyncio.Future[bool]) -> None:
+        if self._waiters is not None and waiter in self._waiters:
+            self._waiters.remove(waiter)
+
+
+def _time_up(waiter: asyncio.Future[bool]) -> None:
+    if not waiter.done():
+        waiter.set_result(False)

@@ -15,6 +15,7 @@ with its body replayed, and is answered there as always.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
@@ -85,25 +86,10 @@ class HeldFirst:
         if values is None or token is None or (slot is not None and not self._slots.take(slot)):
             await full(scope, _replaying(messages, receive), send)
             return
-        status = 500
-
-        async def observed(message: Message) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = message["status"]
-            await send(message)
-
-        async def answer(scope: Scope, receive: Receive, send: Send) -> None:
-            try:
-                response = plan.respond(await plan.endpoint(**await plan.authenticated(request, values)))
-            except TapgateError as e:
-                response = tapgate_error_response(e)
-            except Exception as e:
-                response = crash_response(e)
-            await response(scope, receive, send)
-
+        status = 500  # if it ends without an answer (the client went away)
         try:
-            await serve_watched(self._gateway, token, answer, scope, replay, observed)
+            answer = functools.partial(_answer, plan, request, values)
+            status = await serve_watched(self._gateway, token, answer, scope, replay, send)
         finally:
             if slot is not None:
                 self._slots.give(slot)
@@ -140,6 +126,19 @@ class HeldFirst:
             if not message.get("more_body", False):
                 break
         return b"".join(chunks), messages
+
+
+async def _answer(
+    plan: Plan, request: Request, values: dict[str, Any], scope: Scope, receive: Receive, send: Send
+) -> None:
+    """The plan's endpoint, called with its caller, and its answer or error's answer sent."""
+    try:
+        response = plan.respond(await plan.endpoint(**await plan.authenticated(request, values)))
+    except TapgateError as e:
+        response = tapgate_error_response(e)
+    except Exception as e:
+        response = crash_response(e)
+    await response(scope, receive, send)
 
 
 def _replaying(messages: list[Message], receive: Receive) -> Receive:

@@ -56,12 +56,14 @@ class EndOnLapse:
 
 async def serve_watched(
     gateway: Gateway, token: str, app: ASGIApp, scope: Scope, receive: Receive, send: Send
-) -> None:
+) -> int:
     """Serve ``app`` with a watch on ``token``: a lapse cancels it where it waits, and the request is
-    answered 401 if nothing was answered yet, else its stream is closed."""
+    answered 401 if nothing was answered yet, else its stream is closed. Returns the status answered
+    (500 if none was)."""
     request = asyncio.current_task()
     assert request is not None
-    serving = started = finished = lapsed = False
+    serving = finished = lapsed = False
+    started = 0  # the status answered, once it is
 
     def lapse() -> None:
         nonlocal lapsed
@@ -72,7 +74,7 @@ async def serve_watched(
     async def sending(message: Message) -> None:
         nonlocal started, finished
         if message["type"] == "http.response.start":
-            started = True
+            started = message["status"]
         elif message["type"] == "http.response.body" and not message.get("more_body", False):
             finished = True
         await send(message)
@@ -89,10 +91,11 @@ async def serve_watched(
             if lapsed:
                 request.uncancel()  # the lapse is handled here; the task goes on to answer
     if not lapsed or finished:
-        return
+        return started or 500
     with contextlib.suppress(Exception):  # the client may have gone already
         if not started:
             headers = {"WWW-Authenticate": "Bearer"}
             await error_response(401, Unauthenticated.code, _GONE, headers)(scope, receive, send)
-        else:
-            await send({"type": "http.response.body", "body": b"", "more_body": False})
+            return 401
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+    return started or 500
