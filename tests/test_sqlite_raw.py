@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from sqlalchemy.dialects import sqlite
-from sqlalchemy.types import DateTime
 from sqlalchemy.exc import IntegrityError
+from sqlalchemy.types import DateTime
 
 from tapgate.adapters.store import queries as q
 from tapgate.adapters.store import tables as t
@@ -74,9 +74,7 @@ def found(rows: list[Any], rowcount: int | None) -> bool:
 
 
 @given(
-    st.datetimes(
-        min_value=datetime(1000, 1, 2), max_value=datetime(9999, 12, 30), timezones=st.just(UTC)
-    ),
+    st.datetimes(min_value=datetime(1000, 1, 2), max_value=datetime(9999, 12, 30), timezones=st.just(UTC)),
     st.integers(min_value=-14 * 60, max_value=14 * 60),
 )
 def test_a_time_is_written_on_sqlite_as_sqlalchemys_datetime_writes_it(when: datetime, minutes: int) -> None:
