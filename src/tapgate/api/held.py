@@ -30,6 +30,7 @@ from tapgate.api.fast_routes import Plan, plan_for
 from tapgate.api.json_keys import parse_once
 from tapgate.api.lapse import bearer, holds, serve_watched
 from tapgate.api.middleware import HttpMetrics
+from tapgate.api.replay import read_whole, replaying
 from tapgate.api.streams import StreamSlots, is_stream
 from tapgate.domain.errors import TapgateError
 from tapgate.gateway import Gateway
@@ -68,7 +69,7 @@ class HeldFirst:
             return
         route, plan, path_params = matched
         body, messages = await self._body(scope, receive)
-        replay = _replaying(messages, receive)
+        replay = replaying(messages, receive)
         if body is None:
             await full(scope, replay, send)
             return
@@ -84,7 +85,7 @@ class HeldFirst:
         values = await plan.shaped(request, data)
         slot = StreamSlots.key(token) if token and is_stream(scope) else None
         if values is None or token is None or (slot is not None and not self._slots.take(slot)):
-            await full(scope, _replaying(messages, receive), send)
+            await full(scope, replaying(messages, receive), send)
             return
         status = 500  # if it ends without an answer (the client went away)
         try:
@@ -115,17 +116,7 @@ class HeldFirst:
             return (b"", []) if scope["method"] == "GET" else (None, [])
         if not length.isdigit() or int(length) > self._max_body_bytes:
             return None, []
-        messages: list[Message] = []
-        chunks: list[bytes] = []
-        while True:
-            message = await receive()
-            messages.append(message)
-            if message["type"] != "http.request":
-                return None, messages
-            chunks.append(message.get("body", b""))
-            if not message.get("more_body", False):
-                break
-        return b"".join(chunks), messages
+        return await read_whole(receive)
 
 
 async def _answer(
@@ -139,17 +130,3 @@ async def _answer(
     except Exception as e:
         response = crash_response(e)
     await response(scope, receive, send)
-
-
-def _replaying(messages: list[Message], receive: Receive) -> Receive:
-    """``receive`` with ``messages``, read from it already, given first."""
-    if not messages:
-        return receive
-    pending = list(messages)
-
-    async def replay() -> Message:
-        if pending:
-            return pending.pop(0)
-        return await receive()
-
-    return replay

@@ -6,9 +6,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from tapgate.api.errors import error_response
+from tapgate.api.replay import read_whole, replaying
 from tapgate.domain.errors import MalformedRequest
 
 
@@ -51,28 +52,11 @@ class NoRepeatedKeys:
         if scope["type"] != "http" or scope["method"] not in ("POST", "PUT", "PATCH", "DELETE"):
             await self.app(scope, receive, send)
             return
-        messages: list[Message] = []
-        chunks: list[bytes] = []
-        while True:
-            message = await receive()
-            messages.append(message)
-            if message["type"] != "http.request":
-                break
-            chunks.append(message.get("body", b""))
-            if not message.get("more_body", False):
-                break
-        body = b"".join(chunks)
-        key = repeated_key(body) if body.lstrip()[:1] in (b"{", b"[") else None
+        body, messages = await read_whole(receive)
+        key = repeated_key(body) if body and body.lstrip()[:1] in (b"{", b"[") else None
         if key is not None:
             shown = key if len(key) <= 40 else key[:40] + "…"
             message_text = f"The body repeats the key {shown!r}; name each field once."
             await error_response(400, MalformedRequest.code, message_text)(scope, receive, send)
             return
-        pending = list(messages)
-
-        async def replay() -> Message:
-            if pending:
-                return pending.pop(0)
-            return await receive()
-
-        await self.app(scope, replay, send)
+        await self.app(scope, replaying(messages, receive), send)
