@@ -15,11 +15,11 @@ from starlette.routing import Route
 
 from tapgate import __version__
 from tapgate.api import errors, reference
+from tapgate.api.ahead import ServedAhead
 from tapgate.api.console import headers as console_headers
 from tapgate.api.console import routes as console
 from tapgate.api.db_metrics import register_db_metrics
 from tapgate.api.first import FirstApp
-from tapgate.api.held import HeldFirst
 from tapgate.api.json_keys import NoRepeatedKeys
 from tapgate.api.lapse import EndOnLapse
 from tapgate.api.mcp import McpEndpoint
@@ -162,10 +162,10 @@ def create_app(
     app.state.http_metrics = HttpMetrics(app.state.metrics)
     app.add_middleware(Observe, metrics=app.state.http_metrics)
     app.link_served = gateway.device_channel  # the device link passes through nothing of the above
-    # Nor does a request that may hold, where its route has a plan: it is served with what the above do.
-    held_routes = [*invocations.router.routes, *(device.router.routes if gateway.device_channel else [])]
-    app.held = HeldFirst(
-        [r for r in held_routes if isinstance(r, APIRoute)],
+    # Nor does a request to a planned route: it is served with what the above do for it.
+    planned = [*invocations.router.routes, *(device.router.routes if gateway.device_channel else [])]
+    app.ahead = ServedAhead(
+        [r for r in planned if isinstance(r, APIRoute)],
         gateway,
         app.state.http_metrics,
         app.state.stream_slots,

@@ -1,8 +1,9 @@
-"""A request that may hold (a device's long-poll, an agent's call and its read that waits) is served ahead
-of the framework (api/held.py) exactly as the whole stack serves it: the same status, content type and
-body, the same request metrics, for requests in the plain shape and for every other (a malformed or
-invalid body or query, a repeated key, a body over the limit or of no announced length, no token, a bad
-token, a token of the wrong kind). And the plain ones really pass through none of the stack's layers."""
+"""A request to a planned route (an agent's call and its read, a device's long-poll, answer, message,
+heartbeat and capabilities) is served ahead of the framework (api/ahead.py) exactly as the whole stack
+serves it: the same status, content type and body, the same request metrics, for requests in the plain
+shape and for every other (a malformed or invalid body or query, a repeated key, a body over the limit or
+of no announced length, no token, a bad token, a token of the wrong kind). And the plain ones really pass
+through none of the stack's layers."""
 
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ from tapgate.config import Settings
 from tests.world import LAMP, World, bearer, device_body
 
 MAX_BODY = 2048
+CALL = {"tool": "device__desk_lamp__set_light", "arguments": {"on": True}}
 
 
 class Spy:
@@ -48,7 +50,7 @@ class Home:
     agent: str
     user: str
     lamp: str
-    held: Any
+    ahead: Any
 
     def requests(self, method: str, route: str, status: int) -> float:
         labels = {"method": method, "route": route, "status": str(status)}
@@ -64,7 +66,7 @@ async def _home(sqlite_url: str) -> AsyncIterator[Home]:
         max_body_bytes=MAX_BODY,
     )
     app = build_app(options, clock=FrozenClock())
-    assert isinstance(app, FirstApp) and app.held is not None
+    assert isinstance(app, FirstApp) and app.ahead is not None
     seen: list[str] = []
     app.add_middleware(Spy, seen=seen)
     transport = httpx.ASGITransport(app=app)
@@ -81,7 +83,7 @@ async def _home(sqlite_url: str) -> AsyncIterator[Home]:
             "/v1/users/ana/devices/desk-lamp/grants", json={"grants": ["set_light"]}, headers=bearer(user)
         )
         assert r.status_code in (200, 204), r.text
-        yield Home(client, app, seen, agent, user, lamp, app.held)
+        yield Home(client, app, seen, agent, user, lamp, app.ahead)
 
 
 @pytest.fixture
@@ -98,6 +100,8 @@ def _comparable(response: httpx.Response) -> tuple[int, str | None, Any]:
         body = response.json()
         if isinstance(body, dict):
             body = {k: v for k, v in body.items() if k not in ("id", "created_at", "expires_at")}
+            if isinstance(body.get("first"), dict):  # a second answer learns the first, by its call's id
+                body["first"] = {k: v for k, v in body["first"].items() if k != "id"}
     return response.status_code, response.headers.get("content-type"), body
 
 
@@ -147,17 +151,18 @@ def _counted(home: Home) -> dict[tuple[str, ...], float]:
 
 
 async def _both(home: Home, request: Any) -> None:
-    """``request`` served ahead of the framework and by the whole stack: the same answer, and the same
-    count in the request metrics (one request, under the same route and status)."""
+    """``request(0)`` served ahead of the framework and ``request(1)`` by the whole stack (the same
+    request, or its twin where it acts on something of its own): the same answer, and the same count in
+    the request metrics (one request, under the same route and status)."""
     answers = []
-    for held in (home.held, None):
-        home.app.held = held
+    for side, ahead in enumerate((home.ahead, None)):
+        home.app.ahead = ahead
         before = _counted(home)
-        response = await request()
+        response = await request(side)
         after = _counted(home)
         counted = {k: v - before.get(k, 0.0) for k, v in after.items() if v != before.get(k, 0.0)}
         answers.append((_comparable(response), counted))
-    home.app.held = home.held
+    home.app.ahead = home.ahead
     assert answers[0] == answers[1]
     assert sum(answers[0][1].values()) == 1
 
@@ -168,7 +173,7 @@ async def test_a_long_poll_is_answered_as_the_whole_stack_answers_it(
     home: Home, wait: str | None, auth: str | None
 ) -> None:
     path = "/v1/device/invocations" + (f"?wait={wait}" if wait is not None else "")
-    await _both(home, lambda: home.client.get(path, headers=_headers(home, auth)))
+    await _both(home, lambda _: home.client.get(path, headers=_headers(home, auth)))
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -184,7 +189,7 @@ async def test_an_agents_read_that_waits_is_answered_as_the_whole_stack_answers_
     assert made.status_code == 200, made.text
     target = made.json()["id"] if known else "inv_nope"
     path = f"/v1/invocations/{target}" + (f"?wait={wait}" if wait is not None else "")
-    await _both(home, lambda: home.client.get(path, headers=_headers(home, auth)))
+    await _both(home, lambda _: home.client.get(path, headers=_headers(home, auth)))
 
 
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -198,7 +203,55 @@ async def test_an_agents_call_is_answered_as_the_whole_stack_answers_it(
     home: Home, body: bytes, auth: str | None, content_type: str | None
 ) -> None:
     headers = _headers(home, auth, content_type)
-    await _both(home, lambda: home.client.post("/v1/invocations", content=body, headers=headers))
+    await _both(home, lambda _: home.client.post("/v1/invocations", content=body, headers=headers))
+
+
+_answer = st.fixed_dictionaries(
+    {"status": st.sampled_from(["done", "declined", "sent", "maybe", 3])},
+    optional={"message": st.sampled_from(["ok", "", "x" * 5000, None]), "extra": st.just(1)},
+).map(lambda d: json.dumps(d).encode())
+
+
+@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(body=_answer | st.sampled_from([b"", b"{", b'{"status": "done", "status": "failed"}']), auth=_auth)
+@example(body=b'{"status": "done"}', auth="lamp")
+@example(body=b'{"status": "done", "status": "failed"}', auth="lamp")
+async def test_a_devices_answer_is_answered_as_the_whole_stack_answers_it(
+    home: Home, body: bytes, auth: str | None
+) -> None:
+    calls = []
+    for _ in range(2):  # one call for each side to answer
+        made = await home.client.post("/v1/invocations", json=CALL, headers=bearer(home.agent))
+        assert made.status_code == 200, made.text
+        calls.append(made.json()["id"])
+    headers = _headers(home, auth, "application/json")
+
+    async def answer(side: int) -> httpx.Response:
+        path = f"/v1/device/invocations/{calls[side]}/result"
+        return await home.client.post(path, content=body, headers=headers)
+
+    await _both(home, answer)
+    await _both(home, answer)  # answered again: 409 with the first answer, where the first was taken
+
+
+_message = st.fixed_dictionaries(
+    {
+        "channel": st.sampled_from(["sms", "mail"]),
+        "sender": st.sampled_from(["+15550100", "x" * 70]),
+        "body": st.sampled_from(["hello", ""]),
+        "received_at": st.sampled_from(["2026-01-01T00:00:00+00:00", "yesterday"]),
+    }
+).map(lambda d: json.dumps(d).encode())
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(body=_message | st.sampled_from([b"[]", b"{"]), auth=_auth)
+async def test_a_devices_message_and_heartbeat_are_answered_as_the_whole_stack_answers_them(
+    home: Home, body: bytes, auth: str | None
+) -> None:
+    headers = _headers(home, auth, "application/json")
+    await _both(home, lambda _: home.client.post("/v1/device/ingest", content=body, headers=headers))
+    await _both(home, lambda _: home.client.post("/v1/device/heartbeat", headers=_headers(home, auth)))
 
 
 async def test_a_body_of_no_announced_length_is_refused_by_the_whole_stack(home: Home) -> None:
@@ -213,7 +266,7 @@ async def test_a_body_of_no_announced_length_is_refused_by_the_whole_stack(home:
     assert home.seen == ["/v1/invocations"]  # streamed: BodyLimit reads it, in the stack
 
 
-async def test_plain_held_requests_pass_through_none_of_the_stacks_layers(home: Home) -> None:
+async def test_plain_requests_pass_through_none_of_the_stacks_layers(home: Home) -> None:
     home.seen.clear()
     call = {"tool": "device__desk_lamp__set_light", "arguments": {"on": True}}
     made = await home.client.post("/v1/invocations", json=call, headers=bearer(home.agent))
@@ -222,6 +275,11 @@ async def test_plain_held_requests_pass_through_none_of_the_stacks_layers(home: 
     assert [i["id"] for i in polled.json()["invocations"]] == [made.json()["id"]]
     read = await home.client.get(f"/v1/invocations/{made.json()['id']}?wait=0", headers=bearer(home.agent))
     assert read.status_code == 200, read.text
+    path = f"/v1/device/invocations/{made.json()['id']}/result"
+    answered = await home.client.post(path, json={"status": "done"}, headers=bearer(home.lamp))
+    assert answered.status_code == 200, answered.text
+    beat = await home.client.post("/v1/device/heartbeat", headers=bearer(home.lamp))
+    assert beat.status_code == 204, beat.text
     assert home.seen == []
     assert home.requests("POST", "/v1/invocations", 200) == 1
     assert home.requests("GET", "/v1/device/invocations", 200) == 1

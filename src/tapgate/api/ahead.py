@@ -1,16 +1,18 @@
-"""Requests that may hold — a device's long-poll, an agent's call and its read that waits — served ahead of
-the framework, with what its layers do for them done here.
+"""The requests every call runs — an agent's call and its read, a device's long-poll, answer, message and
+heartbeat — served ahead of the framework where their route has a plan, with what its layers do for them
+done here.
 
-A request keeps a frame of every layer it passed through for as long as it waits: Starlette's and
-FastAPI's middleware, routing and exception layers (three ``AsyncExitStack``s among them) and tapgate's
-own, about 14 KiB of a held long-poll's 35 (docs/performance.md, fourteenth step); and each layer costs
-CPU on every call. So a request that may hold, to a route served by a plan (``fast_routes.py``) and in
-the shape the plan serves, is served here by one coroutine that does what the layers would do for it: the
-request's metrics and access log (``Observe``), the body's limit (``BodyLimit``) and its repeated keys
-(``NoRepeatedKeys``), the token's stream slot (``StreamLimit``) and its watch (``EndOnLapse``), and the
-errors' answers (``errors.py``). Any other request — a body over the limit, sent without a length or
-repeating a key, a stream slot refused, anything the plan does not serve — goes through the whole stack
-with its body replayed, and is answered there as always.
+Each layer a request passes through costs CPU on every call, and a request that waits (a long-poll, a
+call held for its answer) keeps a frame of every layer for as long as it waits: Starlette's and FastAPI's
+middleware, routing and exception layers (three ``AsyncExitStack``s among them) and tapgate's own, about
+14 KiB of a held long-poll's 35 (docs/performance.md, fourteenth step). So a request to a route served by
+a plan (``fast_routes.py``), in the shape the plan serves, is served here by one coroutine that does what
+the layers would do for it: the request's metrics and access log (``Observe``), the body's limit
+(``BodyLimit``) and its repeated keys (``NoRepeatedKeys``), and for a request that may hold the token's
+stream slot (``StreamLimit``) and its watch (``EndOnLapse``), and the errors' answers (``errors.py``). Any
+other request — a body over the limit, sent without a length or repeating a key, a stream slot refused,
+anything the plan does not serve — goes through the whole stack with its body replayed, and is answered
+there as always.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from fastapi import Request
+from fastapi import Request, Response
 from fastapi.routing import APIRoute
 from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -38,8 +40,8 @@ from tapgate.gateway import Gateway
 Full = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 
-class HeldFirst:
-    """The planned routes whose requests may hold, served ahead of the framework (``serve``)."""
+class ServedAhead:
+    """The planned routes, served ahead of the framework (``serve``)."""
 
     def __init__(
         self,
@@ -56,8 +58,11 @@ class HeldFirst:
         self._max_body_bytes = max_body_bytes
 
     def takes(self, scope: Scope) -> bool:
-        """Whether ``scope`` is a request that may hold (``lapse.holds``)."""
-        return scope["type"] == "http" and holds(scope)
+        """Whether ``scope`` is an HTTP request of the API (``serve`` then finds its route, if planned)."""
+        if scope["type"] != "http":
+            return False
+        path: str = scope["path"]
+        return path.startswith("/v1/")
 
     async def serve(self, app: ASGIApp, full: Full, scope: Scope, receive: Receive, send: Send) -> None:
         """Serve the request here if its route has a plan and it is in the plan's shape; else ``full``,
@@ -89,8 +94,13 @@ class HeldFirst:
             return
         status = 500  # if it ends without an answer (the client went away)
         try:
-            answer = functools.partial(_answer, plan, request, values)
-            status = await serve_watched(self._gateway, token, answer, scope, replay, send)
+            if holds(scope):
+                answer = functools.partial(_answer, plan, request, values)
+                status = await serve_watched(self._gateway, token, answer, scope, replay, send)
+            else:
+                response = await _response(plan, request, values)
+                status = response.status_code
+                await response(scope, replay, send)
         finally:
             if slot is not None:
                 self._slots.give(slot)
@@ -119,14 +129,18 @@ class HeldFirst:
         return await read_whole(receive)
 
 
+async def _response(plan: Plan, request: Request, values: dict[str, Any]) -> Response:
+    """The plan's endpoint, called with its caller: its answer, or its error's."""
+    try:
+        return plan.respond(await plan.endpoint(**await plan.authenticated(request, values)))
+    except TapgateError as e:
+        return tapgate_error_response(e)
+    except Exception as e:
+        return crash_response(e)
+
+
 async def _answer(
     plan: Plan, request: Request, values: dict[str, Any], scope: Scope, receive: Receive, send: Send
 ) -> None:
-    """The plan's endpoint, called with its caller, and its answer or error's answer sent."""
-    try:
-        response = plan.respond(await plan.endpoint(**await plan.authenticated(request, values)))
-    except TapgateError as e:
-        response = tapgate_error_response(e)
-    except Exception as e:
-        response = crash_response(e)
-    await response(scope, receive, send)
+    """``_response``, sent."""
+    await (await _response(plan, request, values))(scope, receive, send)
