@@ -5,7 +5,9 @@ deques and an event's, about 3.3 KiB) and an ``asyncio.Event`` for flow control 
 deque), and keeps both for the link's life; an idle link has no message waiting and is always writable.
 Here the queue is a list made only while messages wait (``Inbox``) and the event a ``Flag``, and the
 upgrade's request and response, which uvicorn keeps for the connection's life but reads only until the
-response is sent, are let go then (docs/performance.md, fourteenth step). Everything else is uvicorn's.
+response is sent, are let go then; so are the request's headers, which the websockets library's parser
+keeps in its frame for as long as it parses the link's frames (docs/performance.md, fourteenth and
+fifteenth steps). Everything else is uvicorn's.
 """
 
 from __future__ import annotations
@@ -68,7 +70,8 @@ class Inbox:
 
 class LightWebSockets(WebSocketsSansIOProtocol):
     """uvicorn's protocol with an ``Inbox`` for its queue and a ``Flag`` for its flow control, which lets
-    go of the upgrade's request and response once the response is sent (uvicorn reads neither after)."""
+    go of the upgrade's request, its headers and the response once the response is sent (uvicorn reads
+    none of them after; the app has its own copy of the headers in its scope)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -80,4 +83,6 @@ class LightWebSockets(WebSocketsSansIOProtocol):
     async def send(self, message: Any) -> None:
         await super().send(message)
         if self.handshake_complete and getattr(self, "response", None) is not None:
+            if getattr(self, "request", None) is not None:
+                self.request.headers.clear()  # the same object stays in the parser's frame
             self.request = self.response = None  # type: ignore[assignment]

@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncGenerator, Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -41,6 +41,7 @@ from tapgate.services.links import LiveLinks
 
 log = logging.getLogger(__name__)
 _marking: set[asyncio.Future[None]] = set()  # notice marks still being written
+NONE: frozenset[str] = frozenset()  # shared: Python 3.11 makes a new empty one (216 bytes) each time
 Revalidate = Callable[[], Awaitable[DeviceCaller]]
 
 
@@ -64,9 +65,7 @@ async def frames(
             ctx.wake.subscribe(notices_key(tenant, user), swept=False, also=woken) as news,
             links.holding(tenant, uid, work),
         ):
-            calls: set[str] = set()
-            approvals: set[str] = set()
-            noticed: set[str] = set()
+            calls = approvals = noticed = NONE  # what an idle link holds: mostly nothing, shared
             look_at_approvals = look_at_notices = True
             while True:
                 work_woke = work.is_set()
@@ -90,7 +89,7 @@ async def frames(
                     # Only new calls written in this process woke it: sent as written, without a read.
                     # ``calls`` keeps the answered ones until the next read, at most a page of them.
                     new = [i for i in handed if i.invocation_id not in calls and not i.due(now)]
-                    calls |= {i.invocation_id for i in new}
+                    calls = _ids(calls | {i.invocation_id for i in new})
                     links.note_sent(tenant, uid, calls)
                     for invocation in new:
                         yield invoke_frame(invocation)
@@ -111,7 +110,7 @@ async def frames(
                             unsent = await uow.outbox.notices_for(uid, since)
                 if pending is not None:
                     fresh = [i for i in pending if i.invocation_id not in calls]
-                    calls = {i.invocation_id for i in pending}
+                    calls = _ids(i.invocation_id for i in pending)
                     # Noted before they go: an answer to the first may come before the last is sent.
                     links.note_sent(tenant, uid, calls, full=len(pending) >= answering.MAX_FETCH)
                     for invocation in fresh:
@@ -120,14 +119,15 @@ async def frames(
                     for approval in open_:
                         if approval.approval_id not in approvals:
                             yield approval_frame(approval)
-                    approvals = {a.approval_id for a in open_}
+                    approvals = _ids(a.approval_id for a in open_)
                 if unsent is not None:
-                    noticed &= {n.delivery_id for n in unsent}  # the rest were marked: never read again
+                    # The rest were marked: never read again.
+                    noticed = _ids(noticed & {n.delivery_id for n in unsent})
                     waiting = [n for n in unsent if n.delivery_id not in noticed]
                     try:
                         for notice in waiting:
                             yield notice_frame(notice)
-                            noticed.add(notice.delivery_id)
+                            noticed |= {notice.delivery_id}
                     finally:  # sent: no push follows, and no later link sends them again
                         await _linked(
                             ctx, tenant, [n.delivery_id for n in waiting if n.delivery_id in noticed]
@@ -135,12 +135,18 @@ async def frames(
                 # Idle until woken, or until the token expires (then revalidating ends the link); only
                 # while notifications may be missed does the link poll.
                 poll = wait_slice(ctx, links.hold_seconds) if ctx.wake.degraded else None
-                await _woken(woken, _sooner(poll, caller.principal.expires_at, now))
+                limit = _sooner(poll, caller.principal.expires_at, now)
+                await (woken.wait() if limit is None else woken.wait_for(limit))  # no frame of its own
                 look_at_approvals = asks.is_set() or ctx.wake.degraded
                 look_at_notices = news.is_set() or ctx.wake.degraded
     finally:
         with contextlib.suppress(TapgateError):
             await devices.close_link(ctx.store, ctx.clock, caller)
+
+
+def _ids(ids: Iterable[str]) -> frozenset[str]:
+    """``ids`` as a frozen set, the shared ``NONE`` when there are none (a link holds three for hours)."""
+    return frozenset(ids) or NONE
 
 
 async def _linked(ctx: Context, tenant_id: str, delivery_ids: list[str]) -> None:
@@ -172,16 +178,6 @@ def _sooner(seconds: float | None, expires_at: datetime | None, now: datetime) -
         return seconds
     left = max(0.0, (expires_at - now).total_seconds())
     return left if seconds is None else min(seconds, left)
-
-
-async def _woken(event: Flag, seconds: float | None) -> None:
-    """Until ``event`` is set, or ``seconds`` have passed (None: no limit)."""
-    if seconds is None:
-        await event.wait()
-        return
-    with contextlib.suppress(TimeoutError):
-        async with asyncio.timeout(seconds):  # no task of its own, unlike wait_for on Python 3.11
-            await event.wait()
 
 
 async def acknowledge(

@@ -34,8 +34,9 @@ class LiveLinks:
         self.ctx = ctx
         self.renew_seconds = renew_seconds
         self.hold_seconds = hold_seconds
-        self._links: defaultdict[str, dict[str, set[Woken]]] = defaultdict(dict)
-        self._sent: dict[tuple[str, str], set[str]] = {}  # the calls each device's links hold
+        # A list per device (usually of one link: 64 bytes where a set is 216).
+        self._links: defaultdict[str, dict[str, list[Woken]]] = defaultdict(dict)
+        self._sent: dict[tuple[str, str], frozenset[str]] = {}  # the calls each device's links hold
         self._full: set[tuple[str, str]] = set()  # devices whose links were sent a whole page of calls
         self._task: asyncio.Task[None] | None = None
         ctx.wake.listen(self._on_notify)
@@ -49,13 +50,13 @@ class LiveLinks:
         return _Holding(self, tenant_id, device_uid, woken)
 
     def _hold(self, tenant_id: str, device_uid: str, woken: Woken) -> None:
-        self._links[tenant_id].setdefault(device_uid, set()).add(woken)
+        self._links[tenant_id].setdefault(device_uid, []).append(woken)
 
     def _release(self, tenant_id: str, device_uid: str, woken: Woken) -> None:
         devices = self._links.get(tenant_id, {})
         events = devices.get(device_uid)
-        if events is not None:
-            events.discard(woken)
+        if events is not None and woken in events:
+            events.remove(woken)
             if not events:
                 del devices[device_uid]
         if not devices:
@@ -64,11 +65,16 @@ class LiveLinks:
             self._sent.pop((tenant_id, device_uid), None)
             self._full.discard((tenant_id, device_uid))
 
-    def note_sent(self, tenant_id: str, device_uid: str, call_ids: set[str], full: bool = False) -> None:
+    def note_sent(
+        self, tenant_id: str, device_uid: str, call_ids: frozenset[str], full: bool = False
+    ) -> None:
         """The calls the device's live link holds now (it was sent them and they are still pending);
         ``full``: they were a whole page, and more may be waiting past it."""
         key = (tenant_id, device_uid)
-        self._sent[key] = set(call_ids)
+        if call_ids:
+            self._sent[key] = call_ids
+        else:  # an idle link's: nothing kept
+            self._sent.pop(key, None)
         if full:
             self._full.add(key)
         else:
@@ -85,7 +91,7 @@ class LiveLinks:
     def held(self, tenant_id: str, device_uid: str) -> frozenset[str]:
         """The calls a live link of this process holds for the device: a long-poll does not hand them
         again (the link has them, with no database write to say so)."""
-        return frozenset(self._sent.get((tenant_id, device_uid), ()))
+        return self._sent.get((tenant_id, device_uid), frozenset())
 
     def _on_notify(self, key: str | None) -> None:
         if key is None:

@@ -8,16 +8,15 @@ pairing in progress. Every form carries the session's CSRF token, and the cookie
 from __future__ import annotations
 
 import base64
-import io
 from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import Any
 
-import segno
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import HTMLResponse, RedirectResponse
 from jinja2 import Environment, PackageLoader, select_autoescape
 
+from tapgate.api import qr as qr_code
 from tapgate.api.console.session import SIGN_IN_COOKIE, Visitor, form, gateway, visitor
 from tapgate.domain.console import COOKIE_NAME, SESSION_LIFETIME, SIGN_IN_LIFETIME, SignInStatus
 from tapgate.domain.errors import Forbidden, InvalidInput, TapgateError, Unauthenticated
@@ -47,9 +46,7 @@ STATUS_FILTERS = [s.value for s in Status]
 
 
 def _qr(url: str, title: str) -> str:
-    svg = io.BytesIO()
-    segno.make(url, error="m").save(svg, kind="svg", scale=5, border=2, title=title)
-    return "data:image/svg+xml;base64," + base64.b64encode(svg.getvalue()).decode()
+    return "data:image/svg+xml;base64," + base64.b64encode(qr_code.svg(url, scale=5, title=title)).decode()
 
 
 def _when(at: datetime | None, now: datetime) -> str:

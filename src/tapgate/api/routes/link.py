@@ -41,9 +41,13 @@ class LinkMetrics:
 
 
 def _bearer(ws: WebSocket) -> str | None:
-    header = ws.headers.get("authorization", "")
-    scheme, _, token = header.partition(" ")
-    return token.strip() if scheme.lower() == "bearer" and token.strip() else None
+    """The token of the upgrade's ``Authorization: Bearer`` header, read from the scope itself: a
+    ``ws.headers`` view would stay with the connection for the link's life."""
+    for name, value in ws.scope["headers"]:
+        if name.lower() == b"authorization":
+            scheme, _, token = value.decode("latin-1").partition(" ")
+            return token.strip() if scheme.lower() == "bearer" and token.strip() else None
+    return None
 
 
 PATH = "/v1/device/connect"
@@ -106,6 +110,7 @@ async def _serve(
     if claimed is not None and claimed != caller.device.device_id:
         await _close(ws, UNAUTHORIZED)
         return
+    ws.scope["headers"] = []  # nothing reads the upgrade's headers again, and a link lasts hours
     if slot is None:  # authenticated by its first frame: counted now
         slot = StreamSlots.key(token)
         if slot is None or not slots.take(slot):
@@ -113,21 +118,11 @@ async def _serve(
                 await ws.close(code=TOO_MANY, reason=slots.refusal()[:120])
             return
         try:
-            await _link(ws, gateway, metrics, caller, token)
+            await DeviceLink(gateway, ws, caller, metrics, token).run()
         finally:
             slots.give(slot)
         return
-    await _link(ws, gateway, metrics, caller, token)
-
-
-async def _link(
-    ws: WebSocket, gateway: Gateway, metrics: LinkMetrics, caller: DeviceCaller, token: str
-) -> None:
-    metrics.links.inc()
-    try:
-        await DeviceLink(gateway, ws, caller, metrics, token).run()
-    finally:
-        metrics.links.dec()
+    await DeviceLink(gateway, ws, caller, metrics, token).run()
 
 
 async def _receive_text(ws: WebSocket) -> str | None:
@@ -174,6 +169,7 @@ class DeviceLink:
                 here.cancel()
 
         sending.add_done_callback(sent_all)
+        self.metrics.links.inc()
         try:
             await self._receive()
         except asyncio.CancelledError:
@@ -183,8 +179,11 @@ class DeviceLink:
                 raise
         finally:
             running = False
-            await tasks.stop(sending)
-            await _close(self.ws, self.close_code)
+            try:
+                await tasks.stop(sending)
+                await _close(self.ws, self.close_code)
+            finally:
+                self.metrics.links.dec()
 
     async def _send(self) -> None:
         frames = self.gateway.device_link(self.caller, self.token)

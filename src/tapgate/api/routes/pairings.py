@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import io
-
-import segno
 from fastapi import APIRouter, Response
 
+from tapgate.api import qr as qr_code
 from tapgate.api.auth import Caller, GatewayDep
 from tapgate.api.schemas import Consent, DeviceAnswer, NewPairing, Pair, Paired, PairingStarted, PairingView
 from tapgate.api.views import device_view
@@ -49,9 +47,8 @@ async def show(pairing_id: str, caller: Caller, gw: GatewayDep) -> PairingView:
 )
 async def qr(pairing_id: str, caller: Caller, gw: GatewayDep) -> Response:
     url = await gw.pairing_link(caller, pairing_id)
-    svg = io.BytesIO()
-    segno.make(url, error="m").save(svg, kind="svg", scale=6, border=2, title="Scan to pair with tapgate")
-    return Response(svg.getvalue(), media_type="image/svg+xml", headers={"Cache-Control": "no-store"})
+    code = qr_code.svg(url, scale=6, title="Scan to pair with tapgate")
+    return Response(code, media_type="image/svg+xml", headers={"Cache-Control": "no-store"})
 
 
 @router.post("/v1/pair", status_code=201, response_model=Paired, summary="A device claims a pairing code")
