@@ -8,13 +8,17 @@ import base64
 import json
 import logging
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import httpx
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from tapgate.adapters.clock import FrozenClock
 from tapgate.config import Settings
+from tapgate.domain.ingest import utc_day
 from tapgate.logs import JsonFormatter
 from tests.conftest import asgi_client
 from tests.world import LAMP, World, bearer, device_body
@@ -297,3 +301,12 @@ async def test_hidden_characters_in_a_text_reach_the_agent_as_visible_escapes_an
     assert first["body"] == ("Pay ⟨U+202E⟩gnp.exe⟨U+202C⟩ now⟨U+200B⟩, ok⟨U+E0041⟩⟨U+E0042⟩\nthanks")
     assert not any(ch in first["body"] for ch in "\u202e\u202c\u200b\U000e0041")
     assert second["hidden_characters"] is False and second["body"] == "Plain text\nwith a line"
+
+
+_ZONES = [UTC, timezone(timedelta(hours=-9)), timezone(timedelta(hours=5, minutes=45))]
+
+
+@given(st.datetimes(min_value=datetime(1000, 1, 2), timezones=st.sampled_from(_ZONES)))
+def test_the_caps_day_is_written_as_it_always_was(at: datetime) -> None:
+    """The day a device's count is kept under, in the text the rows already stored use."""
+    assert utc_day(at) == at.astimezone(UTC).strftime("%Y-%m-%d")
