@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import re
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 
@@ -108,6 +109,18 @@ async def test_a_header_just_over_sixteen_kibibytes_gets_431_in_the_error_shape(
     async with httpx.AsyncClient(base_url=live.server.url) as client:
         small = await client.get("/healthz", headers={"X-Fine": "a" * 8000})
         assert small.status_code == 200  # a large but legal head still passes
+
+
+async def test_requests_sent_together_on_one_connection_are_each_answered_in_order(live: Live) -> None:
+    reader, writer = await _raw(live)
+    paths = [b"/healthz", b"/v1/nope", b"/readyz"]
+    heads = [b"GET %s HTTP/1.1\r\nHost: 127.0.0.1\r\n" % path for path in paths]
+    writer.write(b"\r\n".join(heads) + b"Connection: close\r\n\r\n")
+    await writer.drain()
+    answer = await asyncio.wait_for(_answer(reader), timeout=30)
+    writer.close()
+    statuses = re.findall(rb"HTTP/1\.1 (\d{3}) ", answer)
+    assert statuses == [b"200", b"404", b"200"], answer[:400]
 
 
 async def test_a_half_sent_header_is_closed_after_the_header_timeout(live: Live) -> None:
