@@ -4,12 +4,14 @@ of changed rows, and the same refusal of a duplicate row."""
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from sqlalchemy import text
 from sqlalchemy.dialects import sqlite
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.types import DateTime
@@ -17,10 +19,11 @@ from sqlalchemy.types import DateTime
 from tapgate.adapters.store import queries as q
 from tapgate.adapters.store import tables as t
 from tapgate.adapters.store.raw import RawStatements
-from tapgate.adapters.store.sql import open_sql_store
+from tapgate.adapters.store.sql import SqlUnitOfWork, open_sql_store
 from tapgate.adapters.store.sql_base import insert_into
 from tapgate.domain.audit import AuditRecord
 from tapgate.domain.devices import BUILTINS, SMS_SEND, Declared
+from tapgate.domain.errors import StorageError
 from tapgate.domain.invocations import Status
 from tapgate.ports import Store
 from tests.test_store_contract_ports import _at, _invocation, _with_device
@@ -174,5 +177,28 @@ async def test_a_unit_of_work_commits_all_of_its_rows_or_none(
         async with store.unit_of_work(tenant) as uow:
             assert await uow.invocations.get("ana", "inv-kept") is not None
             assert (await uow.pauses.paused_until("ana", "agent") is not None) is through_sqlalchemy
+    finally:
+        await store.close()
+
+
+async def _write_then_break(store: Store, tenant: str) -> None:
+    async with store.unit_of_work(tenant) as uow:
+        await uow.invocations.add(_invocation(tenant, "inv-lost"))
+        assert isinstance(uow, SqlUnitOfWork)
+        await uow.conn.execute(text("SELECT * FROM no_such_table"))
+
+
+async def test_a_database_error_in_a_unit_of_work_is_a_storage_error_and_the_next_one_runs(
+    sqlite_url: str,
+) -> None:
+    """What the driver raises inside a unit of work reaches the gateway as StorageError (whose message
+    quotes no row), the unit of work is rolled back, and the connection serves the next one."""
+    store = open_sql_store(sqlite_url)
+    try:
+        tenant = await _with_device(store)
+        with pytest.raises(StorageError, match="The database failed"):
+            await _write_then_break(store, tenant)
+        async with asyncio.timeout(30), store.unit_of_work(tenant) as uow:
+            assert await uow.invocations.get("ana", "inv-lost") is None
     finally:
         await store.close()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime
 
 import pytest
@@ -97,6 +98,31 @@ async def test_a_failed_unit_of_work_leaves_nothing(store: Store) -> None:
     async with store.unit_of_work(a) as uow:
         assert await uow.users.get("ana") is None
         assert list(await uow.journal.read(0, 10)) == []
+
+
+async def test_a_cancelled_unit_of_work_leaves_nothing_and_the_next_one_runs(store: Store) -> None:
+    """A request cancelled inside its unit of work (a client gone, a shutdown) rolls it back and lets
+    the next one begin: on SQLite the store's one connection is given back."""
+    a = await _tenant(store)
+    inside = asyncio.Event()
+
+    async def held() -> None:
+        async with store.unit_of_work(a) as uow:
+            await uow.users.add(User(a, "ana", "Ana", NOW))
+            inside.set()
+            await asyncio.Event().wait()  # until cancelled
+
+    task = asyncio.create_task(held())
+    await inside.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    async with asyncio.timeout(30):  # a store that kept its connection would wait here for ever
+        async with store.unit_of_work(a) as uow:
+            assert await uow.users.get("ana") is None
+            await uow.users.add(User(a, "bob", "Bob", NOW))
+    async with store.unit_of_work(a) as uow:
+        assert await uow.users.get("bob") == User(a, "bob", "Bob", NOW)
 
 
 async def test_the_journal_chains_entries_in_order_and_pages(store: Store) -> None:

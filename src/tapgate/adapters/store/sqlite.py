@@ -32,21 +32,22 @@ class SyncConnection:
     statements go straight to sqlite3 (``sqlite_raw.py``)."""
 
     def __init__(self, conn: Connection, raw: SqliteStatements) -> None:
-        self._conn = conn
-        self._raw = raw
-        self._driver = conn.connection.driver_connection
+        self.connection = conn
+        self.driver: Any = conn.connection.driver_connection
         self.dialect = conn.dialect
+        self._raw = raw
+        self._info = conn.info
 
     async def execute(self, statement: Executable, parameters: Any = None) -> Result[Any] | Rows:
-        ran = self._raw.run(self._driver, self._conn.info, statement, parameters)
-        return ran if ran is not None else self._conn.execute(statement, parameters)
+        ran = self._raw.run(self.driver, self._info, statement, parameters)
+        return ran if ran is not None else self.connection.execute(statement, parameters)
 
     async def scalar(self, statement: Executable, parameters: Any = None) -> Any:
-        ran = self._raw.run(self._driver, self._conn.info, statement, parameters)
-        return ran.scalar() if ran is not None else self._conn.scalar(statement, parameters)
+        ran = self._raw.run(self.driver, self._info, statement, parameters)
+        return ran.scalar() if ran is not None else self.connection.scalar(statement, parameters)
 
     def begin_nested(self) -> _Savepoint:
-        return _Savepoint(self._conn.begin_nested())
+        return _Savepoint(self.connection.begin_nested())
 
 
 class _Savepoint:
@@ -77,6 +78,7 @@ class SqliteDatabase:
         _tune(self.engine)
         count(self.engine)
         self._conn: Connection | None = None
+        self._sync: SyncConnection | None = None  # over _conn: it keeps nothing of a unit of work's
         self._lock = asyncio.Lock()
         self._raw = SqliteStatements(self.engine.dialect)
 
@@ -85,28 +87,41 @@ class SqliteDatabase:
             self._conn = self.engine.connect()
         return self._conn
 
-    @contextlib.asynccontextmanager
-    async def transaction(self) -> AsyncIterator[SyncConnection]:
-        """One unit of work: ``BEGIN IMMEDIATE`` and its end on the driver itself. A statement that goes
-        through SQLAlchemy joins the transaction (its own begin is skipped), and SQLAlchemy then ends it."""
-        async with self._lock:
-            conn = self._connection()
-            driver = conn.connection.driver_connection
-            assert driver is not None
+    async def begin(self) -> SyncConnection:
+        """Begin one unit of work, once the one before it has ended: ``BEGIN IMMEDIATE`` on the driver
+        itself. A statement that goes through SQLAlchemy joins the transaction (its own begin is
+        skipped), and SQLAlchemy then ends it. Every begin that returns is followed by one ``end``."""
+        await self._lock.acquire()
+        try:
+            inline = self._inline()
+            driver = inline.driver
             on_driver("BEGIN IMMEDIATE", lambda: driver.execute("BEGIN IMMEDIATE"))
-            try:
-                yield SyncConnection(conn, self._raw)
-            except BaseException:
-                _end(conn, driver, commit=False)
-                raise
-            _end(conn, driver, commit=True)
+        except BaseException:
+            self._lock.release()
+            raise
+        return inline
+
+    def end(self, commit: bool) -> None:
+        """Commit or roll back the unit of work begun last, and let the next one begin."""
+        try:
+            inline = self._sync
+            assert inline is not None, "end without begin"
+            _end(inline.connection, inline.driver, commit)
+        finally:
+            self._lock.release()
+
+    def _inline(self) -> SyncConnection:
+        conn = self._connection()
+        if self._sync is None or self._sync.connection is not conn or conn.invalidated:
+            self._sync = SyncConnection(conn, self._raw)  # a connection made again has a new driver
+        return self._sync
 
     @contextlib.asynccontextmanager
     async def reading(self) -> AsyncIterator[SyncConnection]:
         async with self._lock:
             conn = self._connection()
             try:
-                yield SyncConnection(conn, self._raw)
+                yield self._inline()
             finally:
                 if conn.in_transaction():
                     conn.rollback()

@@ -6,7 +6,7 @@ import sqlite3
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import DBAPIError, StatementError
 from sqlalchemy.sql.base import Executable
 
 from tapgate.adapters.store.counting import COUNTS, WROTE
@@ -21,7 +21,12 @@ def on_driver(statement: str, run: Callable[[], T]) -> T:
     try:
         return run()
     except sqlite3.Error as e:
-        raise DBAPIError.instance(statement, None, e, sqlite3.Error) from e
+        raise driver_error(statement, e) from e
+
+
+def driver_error(statement: str, error: sqlite3.Error) -> StatementError:
+    """The driver's ``error`` as SQLAlchemy's (see ``on_driver``)."""
+    return DBAPIError.instance(statement, None, error, sqlite3.Error)
 
 
 class SqliteStatements(RawStatements):
@@ -37,13 +42,9 @@ class SqliteStatements(RawStatements):
         if compiled.writes:
             info[WROTE] = True
         COUNTS.statements += 1
-        cursor = connection.cursor()
-
-        def execute() -> Rows:
-            fetched = cursor.execute(compiled.sql, values).fetchall()
-            return compiled.rows(fetched, cursor.rowcount)
-
-        try:
-            return on_driver(compiled.sql, execute)
-        finally:
-            cursor.close()
+        try:  # on_driver's translation, without a closure a statement
+            cursor = connection.execute(compiled.sql, values)
+            fetched = cursor.fetchall()
+        except sqlite3.Error as e:
+            raise driver_error(compiled.sql, e) from e
+        return compiled.rows(fetched, cursor.rowcount)
