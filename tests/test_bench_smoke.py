@@ -136,6 +136,17 @@ def test_a_profile_summary_ranks_the_servers_own_work_below_the_event_loop(tmp_p
     assert "37.5%  answer (tapgate/services/answering.py)" in summary
     assert "12.5%  (event loop native code" in summary
     assert "<module>" not in summary
+    assert "100% of them with their whole stack" in summary
+
+
+def test_a_profile_summary_says_how_many_stacks_were_cut_off_from_their_root(tmp_path: Path) -> None:
+    loop = "thread (1): MainThread;Runner.run (asyncio/runners.py:118)"
+    folded = tmp_path / "p.folded"
+    folded.write_text(
+        f"{loop};answer (tapgate/services/answering.py:80) 3\n"
+        "thread (1): MainThread;answer (tapgate/services/answering.py:80) 1\n"
+    )
+    assert "4 samples at 250/s (0.0 CPU seconds), 75% of them with their whole stack" in summarize(folded)
 
 
 def test_a_ratio_to_a_floor_measured_on_a_busy_machine_says_so() -> None:

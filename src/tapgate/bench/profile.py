@@ -48,7 +48,9 @@ async def record(pid: int, seconds: float, output: Path) -> asyncio.subprocess.P
         "raw",
         "--output",
         str(output),
-        "--nonblocking",
+        # Each sample stops the server for a moment: without that (--nonblocking) py-spy reads frames
+        # while they change, and about two thirds of the stacks came back cut off from their root, which
+        # left the inclusive figures (samples inside a function) at a third of their size.
         "--threads",
         "--gil",  # only threads holding the GIL: uvloop waits in C without a Python frame, so py-spy
         # cannot tell its idle waits from work; with --gil they drop out and what remains is CPU
@@ -105,7 +107,7 @@ def summarize(folded: Path, top: int = 25) -> str:
     ours: Counter[str] = Counter()
     packages: Counter[str] = Counter()
     threads: Counter[str] = Counter()
-    total = 0
+    total = whole = 0
     for line in folded.read_text().splitlines():
         stack, _, count_text = line.rpartition(" ")
         if not stack or not count_text.isdigit():
@@ -116,6 +118,7 @@ def summarize(folded: Path, top: int = 25) -> str:
         if not frames:
             continue
         total += count
+        whole += count if any(f.startswith(_ROOTS) for f in frames) else 0
         threads[_thread(every)] += count
         work = [_function(f) for f in _work(frames)]
         leaf = work[-1]
@@ -129,7 +132,12 @@ def summarize(folded: Path, top: int = 25) -> str:
                 ours[name] += count
     if not total:
         return "No samples: the server was idle, or py-spy could not attach (it needs ptrace).\n"
-    lines = [f"{total} samples at {RATE}/s ({total / RATE:.1f} CPU seconds)", "", "By thread:"]
+    lines = [
+        f"{total} samples at {RATE}/s ({total / RATE:.1f} CPU seconds), {whole / total:.0%} of them with"
+        " their whole stack (a cut-off stack counts only in its own functions' figures)",
+        "",
+        "By thread:",
+    ]
     lines += _lines(threads, total, 8)
     lines += ["", "By package (own samples):", *_lines(packages, total, 15)]
     lines += ["", "By function, own samples:", *_lines(own, total, top)]
