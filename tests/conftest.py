@@ -36,7 +36,8 @@ pytest_plugins = ["tests.watchdog"]
 
 T = TypeVar("T")
 SENDER_TIMEOUT = 2.0  # seconds a push sender waits in tests (SHORT_TIMEOUT where a fake is slow on purpose)
-SHORT_TIMEOUT = 0.3  # the push fakes' slow replies take 0.6 s
+SHORT_TIMEOUT = 1.0  # the slow push fakes stay slow until the sender gives up: this need only outlast a
+# request's way to a fake on a busy machine (at 0.3 s a third attempt once timed out before it arrived)
 
 ADMIN_URL = os.environ.get("TAPGATE_TEST_POSTGRES_ADMIN", "postgresql://postgres@127.0.0.1:5432/postgres")
 HOW_TO_GET_POSTGRES = (

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qs
 
+import anyio
 import http_ece
 import uvicorn
 from cryptography.exceptions import InvalidSignature
@@ -37,7 +38,7 @@ from starlette.routing import Route
 
 from tapgate.relay import DeliveryCache, RelayVerificationError, verify
 
-SLOW = 0.6  # how long the slow fakes take: well past the tests' 0.2-0.3 s timeouts
+SLOW = 30.0  # the slow fakes stay slow until the sender gives up (this bounds a fake nobody left)
 FCM_SCOPE = "https://www.googleapis.com/auth/firebase.messaging"
 JWT_BEARER = "urn:ietf:params:oauth:grant-type:jwt-bearer"
 
@@ -274,8 +275,9 @@ class PushFakes:
         except RelayVerificationError as e:
             raise CheckFailed(f"verify refused it: {e.reason}") from None
         await self._record(request, f"relay/{fault}")
-        if fault == "timeout":
-            await asyncio.sleep(SLOW)
+        if fault == "timeout":  # no reply until the sender leaves: the body is read, its next message is the leaving
+            with anyio.move_on_after(SLOW):
+                await request.receive()
             return Response(status_code=200)
         if fault == "slow-body":
             return StreamingResponse(_trickle(), status_code=200)
@@ -371,9 +373,11 @@ class PushFakes:
 
 
 async def _trickle() -> AsyncIterator[bytes]:
-    for _ in range(12):  # 12 x 0.05 s: each read is quick, the whole body is slow
-        yield b"."
-        await asyncio.sleep(SLOW / 12)
+    """A byte every 0.05 s until the sender leaves: each read is quick, the whole body never ends."""
+    with anyio.move_on_after(SLOW):
+        while True:
+            yield b"."
+            await asyncio.sleep(0.05)
 
 
 def fcm_error(status: int, word: str, code: str = "") -> tuple[int, dict[str, Any]]:

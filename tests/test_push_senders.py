@@ -37,6 +37,7 @@ from tapgate.relay import (
     sign,
     verify,
 )
+from tests.conftest import SENDER_TIMEOUT, SHORT_TIMEOUT
 from tests.pushfakes import LoopbackServer, PushFakes, Seen, b64url, fcm_error, jwt_parts, new_accounts
 
 BACKOFF = (0.5, 2.0)
@@ -87,7 +88,7 @@ def attempts() -> Attempts:
 async def client(attempts: Attempts) -> AsyncIterator[httpx.AsyncClient]:
     # follow_redirects=True: the senders must refuse to follow whatever their client would do.
     async with httpx.AsyncClient(
-        timeout=0.2, follow_redirects=True, event_hooks={"request": [attempts]}
+        timeout=SENDER_TIMEOUT, follow_redirects=True, event_hooks={"request": [attempts]}
     ) as http:
         yield http
 
@@ -116,7 +117,12 @@ def message(kind: str, token: str, **changes: Any) -> PushMessage:
 
 
 def relay_sender(
-    client: httpx.AsyncClient, fakes: PushFakes, clock: FrozenClock, url: str, sleeps: Sleeps | None = None
+    client: httpx.AsyncClient,
+    fakes: PushFakes,
+    clock: FrozenClock,
+    url: str,
+    sleeps: Sleeps | None = None,
+    timeout: float = SENDER_TIMEOUT,
 ) -> RelaySender:
     return RelaySender(
         client,
@@ -124,7 +130,7 @@ def relay_sender(
         fakes.accounts.relay_secret,
         clock,
         backoff=BACKOFF,
-        timeout=0.3,
+        timeout=timeout,
         sleep=sleeps or Sleeps(),
     )
 
@@ -141,7 +147,7 @@ def webpush_sender(client: httpx.AsyncClient, fakes: PushFakes, clock: FrozenClo
             "127.0.0.1",
             "localhost",
         ),  # the loopback fakes: the default list names the real push services only
-        timeout=0.3,
+        timeout=SENDER_TIMEOUT,
     )
 
 
@@ -155,7 +161,7 @@ def apns_sender(client: httpx.AsyncClient, fakes: PushFakes, clock: FrozenClock)
         a.apns_topic,
         clock,
         endpoint=fakes.base_url,
-        timeout=0.3,
+        timeout=SENDER_TIMEOUT,
     )
 
 
@@ -178,19 +184,19 @@ def fcm_sender(client: httpx.AsyncClient, fakes: PushFakes, clock: FrozenClock) 
         service_account(fakes),
         clock,
         endpoint=fakes.base_url,
-        timeout=0.3,
+        timeout=SENDER_TIMEOUT,
     )
 
 
 async def fails(sender: Any, push: PushMessage) -> PushFailed:
-    with anyio.fail_after(5):
+    with anyio.fail_after(30):
         with pytest.raises(PushFailed) as caught:
             await sender.send(push)
     return caught.value
 
 
 async def sends(sender: Any, push: PushMessage) -> None:
-    with anyio.fail_after(5):
+    with anyio.fail_after(30):
         await sender.send(push)
 
 
@@ -280,7 +286,8 @@ async def test_the_relay_sender_tries_three_times_on_network_errors_and_5xx_and_
         fault, f"{fakes.base_url}/relay/{fault}"
     )
     sleeps = Sleeps()
-    sender = relay_sender(client, fakes, clock, url, sleeps)
+    seconds = SHORT_TIMEOUT if fault in ("timeout", "slow-body") else SENDER_TIMEOUT
+    sender = relay_sender(client, fakes, clock, url, sleeps, seconds)
     push = message("mipush", "mi-token")
 
     if retryable is None:
