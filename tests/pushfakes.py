@@ -275,7 +275,9 @@ class PushFakes:
         except RelayVerificationError as e:
             raise CheckFailed(f"verify refused it: {e.reason}") from None
         await self._record(request, f"relay/{fault}")
-        if fault == "timeout":  # no reply until the sender leaves: the body is read, its next message is the leaving
+        if (
+            fault == "timeout"
+        ):  # no reply until the sender leaves (the body is read: the next message is that)
             with anyio.move_on_after(SLOW):
                 await request.receive()
             return Response(status_code=200)
