@@ -455,6 +455,61 @@ async def test_only_an_open_call_resolves_and_its_answer_reads_back(store: Store
     assert stored.arguments == {"on": True}
 
 
+async def test_a_devices_answer_takes_only_its_own_pending_call_before_the_deadline(store: Store) -> None:
+    tenant = await _with_device(store)
+    other = "e" * 16
+    async with store.unit_of_work(tenant) as uow:
+        await uow.devices.add(_device(tenant, other, device_id="lamp"))
+        await uow.invocations.add(_invocation(tenant, "inv-1", expires=10))
+        await uow.invocations.add(_invocation(tenant, "inv-wait", status=Status.AWAITING_APPROVAL))
+        await uow.invocations.add(_invocation(tenant, "inv-done", status=Status.DONE))
+        await uow.invocations.add(_invocation(tenant, "inv-due", expires=5))
+    uid = "d" * 16
+    async with store.unit_of_work(tenant) as uow:
+        answer = uow.invocations.answer
+        assert await answer("ana", "inv-1", other, Status.DONE, None, _at(2)) is None  # another device's
+        assert await answer("bob", "inv-1", uid, Status.DONE, None, _at(2)) is None  # another user's
+        assert await answer("ana", "inv-x", uid, Status.DONE, None, _at(2)) is None
+        assert await answer("ana", "inv-wait", uid, Status.DONE, None, _at(2)) is None
+        assert await answer("ana", "inv-done", uid, Status.FAILED, None, _at(2)) is None
+        assert await answer("ana", "inv-due", uid, Status.DONE, None, _at(5)) is None  # due at its deadline
+        answered = await answer("ana", "inv-1", uid, Status.DECLINED, "not now", _at(2))
+    assert answered is not None
+    assert (answered.status, answered.message, answered.resolved_at) == (Status.DECLINED, "not now", _at(2))
+    assert (answered.arguments, answered.expires_at, answered.device_uid) == ({"on": True}, _at(10), uid)
+    async with store.unit_of_work(tenant) as uow:
+        assert await uow.invocations.answer("ana", "inv-1", uid, Status.DONE, None, _at(3)) is None
+        assert await uow.invocations.get("ana", "inv-1") == answered
+        untouched = [await uow.invocations.get("ana", i) for i in ("inv-wait", "inv-done", "inv-due")]
+    assert [i.status for i in untouched if i is not None] == [
+        Status.AWAITING_APPROVAL,
+        Status.DONE,
+        Status.PENDING,
+    ]
+
+
+async def test_two_device_answers_racing_for_one_call_leave_exactly_one(store: Store) -> None:
+    tenant = await _with_device(store)
+    async with store.unit_of_work(tenant) as uow:
+        await uow.invocations.add(_invocation(tenant, "inv-1"))
+    gate = asyncio.Event()
+
+    async def answer(status: Status) -> Invocation | None:
+        async with store.unit_of_work(tenant) as uow:
+            await uow.invocations.get("ana", "inv-1")  # both read the open row first where the engine allows
+            await gate.wait()
+            return await uow.invocations.answer("ana", "inv-1", "d" * 16, status, None, _at(1))
+
+    tasks = [asyncio.create_task(answer(Status.DONE)), asyncio.create_task(answer(Status.FAILED))]
+    await asyncio.sleep(0)
+    gate.set()
+    outcomes = await asyncio.wait_for(asyncio.gather(*tasks), 30)
+    [winner] = [o for o in outcomes if o is not None]
+    assert outcomes.count(None) == 1
+    async with store.unit_of_work(tenant) as uow:
+        assert await uow.invocations.get("ana", "inv-1") == winner
+
+
 async def test_two_answers_racing_for_one_call_leave_exactly_one_winner(store: Store) -> None:
     tenant = await _with_device(store)
     async with store.unit_of_work(tenant) as uow:

@@ -14,7 +14,7 @@ from tapgate.domain.devices import Declared, Device, DeviceStatus, Presence, Pus
 from tapgate.domain.events import Event, EventValue
 from tapgate.domain.inbox import Approval
 from tapgate.domain.ingest import Receipt, Triage
-from tapgate.domain.invocations import Invocation
+from tapgate.domain.invocations import Invocation, Status
 from tapgate.domain.pairing import Pairing
 from tapgate.domain.passkeys import Passkey
 from tapgate.domain.principals import TokenKind
@@ -156,6 +156,19 @@ class Invocations(Protocol):
 
     async def resolve(self, invocation: Invocation) -> bool:
         """Store ``invocation``'s terminal state if the row is still open; False if another answer won."""
+
+    async def answer(
+        self,
+        user_id: str,
+        invocation_id: str,
+        device_uid: str,
+        status: Status,
+        message: str | None,
+        at: datetime,
+    ) -> Invocation | None:
+        """The device's answer to its pending call whose deadline is after ``at``, in one step: the call as
+        answered (``status``, ``message`` as given, resolved at ``at``), or None if the call is not that
+        (absent, another device's, awaiting approval, answered or due: the caller reads it to say which)."""
 
     async def proceed(self, invocation: Invocation) -> bool:
         """An approved call goes on: awaiting_approval → pending with its new deadline; False if it was

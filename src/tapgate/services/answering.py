@@ -168,31 +168,13 @@ async def answer(
     over the device's live link, so the device is online (``device_online``) without reading it."""
     status = device_status(status_word)
     now = ctx.clock.now()
-    late = False
     handed: tuple[str, Invocation, bool | None] | None = None  # for a call waiting in this process
+    user, uid = caller.device.user_id, caller.device.device_uid
     async with ctx.store.unit_of_work(caller.principal.tenant_id) as uow:
-        invocation = await uow.invocations.get(caller.device.user_id, invocation_id)
-        if (
-            invocation is None
-            or invocation.device_uid != caller.device.device_uid
-            or invocation.status is Status.AWAITING_APPROVAL  # not handed to the device until approved
-        ):
-            raise NotFound(f"This device has no invocation {invocation_id!r}.")
-        if invocation.due(now):
-            expired = invocation.expired(now)
-            if await uow.invocations.resolve(expired):
-                await announce(uow, expired, "invocation.expired", "system:expiry", now)
-            invocation = expired
-        if invocation.status is Status.EXPIRED:
-            await _late_report(uow, caller, invocation, status, message)
-            late = True
-        elif not invocation.status.open:
-            raise AlreadyAnswered(invocation)
+        answered = await uow.invocations.answer(user, invocation_id, uid, status, cut_message(message), now)
+        if answered is None:  # not this device's pending call before its deadline: read it to say why
+            await _not_taken(uow, caller, invocation_id, status, message, now)  # or raises
         else:
-            answered = invocation.answered(status, message, now)
-            if not await uow.invocations.resolve(answered):
-                current = await uow.invocations.get(invocation.user_id, invocation_id)  # the answer that won
-                raise AlreadyAnswered(current or invocation)
             await announce(uow, answered, "invocation.answered", caller.principal.actor, now)
             key = invocation_key(answered.tenant_id, answered.user_id, invocation_id)
             if ctx.handover.wanted(key):  # a call in this process waits: it takes the answer from here
@@ -201,9 +183,36 @@ async def answer(
     if handed is not None:
         ctx.handover.hand(*handed)
     faults.crash_point("answer.after_commit")
-    if late:
+    if answered is None:
         raise Gone("This invocation expired before the answer came; it is kept as a late report.")
     return Answered(invocation_id, status)
+
+
+async def _not_taken(
+    uow: UnitOfWork,
+    caller: DeviceCaller,
+    invocation_id: str,
+    status: Status,
+    message: str | None,
+    now: datetime,
+) -> None:
+    """An answer ``Invocations.answer`` did not take: kept as a late report if the call expired (then this
+    returns); otherwise raises NotFound (not this device's, or not yet approved) or AlreadyAnswered."""
+    invocation = await uow.invocations.get(caller.device.user_id, invocation_id)
+    if (
+        invocation is None
+        or invocation.device_uid != caller.device.device_uid
+        or invocation.status is Status.AWAITING_APPROVAL  # not handed to the device until approved
+    ):
+        raise NotFound(f"This device has no invocation {invocation_id!r}.")
+    if invocation.due(now):
+        expired = invocation.expired(now)
+        if await uow.invocations.resolve(expired):
+            await announce(uow, expired, "invocation.expired", "system:expiry", now)
+        invocation = expired
+    if invocation.status is not Status.EXPIRED:  # an open one, this device's and not due, it would have taken
+        raise AlreadyAnswered(invocation)
+    await _late_report(uow, caller, invocation, status, message)
 
 
 async def _late_report(

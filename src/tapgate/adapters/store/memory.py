@@ -416,6 +416,28 @@ class _Invocations(_Repo):
         )
         return True
 
+    async def answer(
+        self,
+        user_id: str,
+        invocation_id: str,
+        device_uid: str,
+        status: Status,
+        message: str | None,
+        at: datetime,
+    ) -> Invocation | None:
+        key = (self.tenant_id, user_id, invocation_id)
+        found = self.state.invocations.get(key)
+        if (
+            found is None
+            or found.device_uid != device_uid
+            or found.status is not Status.PENDING
+            or found.due(at)
+        ):
+            return None
+        answered = replace(found, status=status, message=message, resolved_at=at)
+        self.state.invocations[key] = answered
+        return answered
+
     async def proceed(self, invocation: Invocation) -> bool:
         key = self._key(invocation)
         found = self.state.invocations.get(key)

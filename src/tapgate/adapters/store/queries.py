@@ -125,6 +125,20 @@ RESOLVE = (
         reason=bindparam("reason"),
     )
 )
+# A device's answer to its pending call before the call's deadline, in one statement (``Invocations.answer``).
+ANSWER = (
+    update(t.invocations)
+    .where(
+        _inv.tenant_id == _tenant,
+        _inv.user_id == bindparam("user"),
+        _inv.invocation_id == bindparam("id"),
+        _inv.device_uid == bindparam("uid"),
+        _inv.status == Status.PENDING.value,
+        _inv.expires_at > bindparam("at"),
+    )
+    .values(status=bindparam("status"), resolved_at=bindparam("at"), message=bindparam("message"))
+    .returning(*t.invocations.c)
+)
 COUNT_CONFIRMING = select(func.count()).where(
     _inv.tenant_id == _tenant,
     _inv.user_id == bindparam("user"),
@@ -242,6 +256,7 @@ for _statement in (
     OPEN_FOR,
     MARK_ONE_DELIVERED,
     RESOLVE,
+    ANSWER,
     COUNT_CONFIRMING,
     CHAIN_HEAD,
     MOVE_CHAIN_HEAD,

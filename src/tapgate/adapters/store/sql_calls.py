@@ -225,6 +225,27 @@ class SqlInvocations(Repo):
         )
         return bool(changed.rowcount)
 
+    async def answer(
+        self,
+        user_id: str,
+        invocation_id: str,
+        device_uid: str,
+        status: Status,
+        message: str | None,
+        at: datetime,
+    ) -> Invocation | None:
+        values = {
+            "tenant": self.tenant_id,
+            "user": user_id,
+            "id": invocation_id,
+            "uid": device_uid,
+            "status": status.value,
+            "message": message,
+            "at": at,
+        }
+        r = (await self.conn.execute(q.ANSWER, values)).first()
+        return None if r is None else _invocation(r)
+
     async def proceed(self, invocation: Invocation) -> bool:
         c = t.invocations.c
         changed = await self.conn.execute(
