@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import bindparam, func, or_, select, update
+from sqlalchemy import bindparam, func, literal_column, or_, select, update
 
 from tapgate.adapters.store import tables as t
 from tapgate.domain.devices import DeviceStatus
@@ -28,13 +28,19 @@ _ses = t.sessions.c
 _apr = t.approvals.c
 _pause = t.agent_pauses.c
 
+# A live device: the ``devices_live_id`` index's own predicate, with its value written in. Bound as a
+# parameter, the value keeps SQLite from knowing the partial index applies until it is bound, so SQLite
+# prepares the statement again on every run (the check chain's device lookup: 87 -> 13 µs), and a
+# PostgreSQL generic plan cannot use the index at all.
+LIVE = _dev.status != literal_column(f"'{DeviceStatus.REVOKED.value}'")
+
 CREDENTIAL = select(t.credentials).where(_cred.tenant_id == _tenant, _cred.credential_id == bindparam("id"))
 
 _DEVICES = select(t.devices).where(_dev.tenant_id == _tenant).order_by(_dev.created_at, _dev.device_uid)
 DEVICE_PRESENCE = select(_dev.status, _dev.link_until, _dev.push_kind).where(
     _dev.tenant_id == _tenant, _dev.device_uid == bindparam("uid")
 )
-LIVE_DEVICES = _DEVICES.where(_dev.user_id == bindparam("user"), _dev.status != DeviceStatus.REVOKED.value)
+LIVE_DEVICES = _DEVICES.where(_dev.user_id == bindparam("user"), LIVE)
 _CAPABILITIES = select(_cap.device_uid, _cap.definition, _cap.granted).order_by(
     _cap.device_uid, _cap.position
 )
@@ -57,7 +63,7 @@ DEVICE_BY_UID_WITH_CAPABILITIES = _WITH_CAPABILITIES.where(_dev.device_uid == bi
 LIVE_DEVICE_WITH_CAPABILITIES = _WITH_CAPABILITIES.where(
     _dev.user_id == bindparam("user"),
     _dev.device_id == bindparam("device"),
-    _dev.status != DeviceStatus.REVOKED.value,
+    LIVE,
 )
 TOUCH_DEVICE = (
     update(t.devices)

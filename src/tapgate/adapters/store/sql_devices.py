@@ -145,9 +145,7 @@ class SqlDevices(Repo):
     async def count_live(self, user_id: str) -> int:
         c = t.devices.c
         count = await self.conn.scalar(
-            select(func.count()).where(
-                c.tenant_id == self.tenant_id, c.user_id == user_id, c.status != DeviceStatus.REVOKED.value
-            )
+            select(func.count()).where(c.tenant_id == self.tenant_id, c.user_id == user_id, q.LIVE)
         )
         return int(count or 0)
 
