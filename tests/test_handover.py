@@ -158,6 +158,27 @@ async def test_an_answer_over_a_live_link_says_the_device_is_online_without_read
         await frames.aclose()
 
 
+async def test_an_answer_by_request_reads_its_devices_presence_in_its_own_statement(
+    device_api: httpx.AsyncClient,
+) -> None:
+    """A device answering by request (a long-poll device) may be offline: the answer's statement returns
+    its device's presence with the call, so the transaction is no longer than a linked answer's, and the
+    handed view says ``device_online`` as a read would."""
+    _, agent, lamp = await _lamp_and_agent(device_api)
+    for turn in range(3):  # the first fills the caches (the tokens, the device)
+        waiting = _waiting_call(device_api, agent)
+        invocation_id = await _fetch_one(device_api, lamp)
+        before = COUNTS.statements
+        await _answer(device_api, lamp, invocation_id)
+        spent = COUNTS.statements - before
+        view = (await asyncio.wait_for(waiting, timeout=20)).json()
+        read = (await device_api.get(f"/v1/invocations/{invocation_id}", headers=bearer(agent))).json()
+        assert view == read and view["device_online"] is False
+        if turn:
+            # the answer with its device's presence, the chain's head, the entry, the event, the head's move
+            assert spent == 5, spent
+
+
 async def test_a_live_link_sends_a_call_written_in_its_process_without_reading_it(
     device_api: httpx.AsyncClient,
 ) -> None:

@@ -488,6 +488,46 @@ async def test_a_devices_answer_takes_only_its_own_pending_call_before_the_deadl
     ]
 
 
+async def test_an_answer_with_presence_takes_what_answer_takes_and_reads_its_own_devices_presence(
+    store: Store,
+) -> None:
+    """``answer_with_presence``: the answer and the answering device's presence, not another device's
+    (its tenant's first, or one of the same uid in another tenant)."""
+    tenant = await _with_device(store)  # "d" * 16: no link, a push route
+    uid = "f" * 16
+    elsewhere = await _with_device(store, uid)  # the same uid in another tenant: active, no link
+    async with store.unit_of_work(tenant) as uow:
+        await uow.devices.set_push("d" * 16, PushTarget("webpush", "endpoint"))
+        await uow.devices.add(_device(tenant, uid, device_id="lamp", at=1))
+        await uow.devices.set_link(uid, _at(30))
+        await uow.invocations.add(_invocation(tenant, "inv-1", uid=uid, expires=10))
+        await uow.invocations.add(_invocation(tenant, "inv-2", uid=uid, expires=10))
+        await uow.invocations.add(_invocation(tenant, "inv-d", expires=10))
+    async with store.unit_of_work(elsewhere) as uow:
+        await uow.devices.set_status(uid, DeviceStatus.PENDING, _at(1))
+    async with store.unit_of_work(tenant) as uow:
+        answer = uow.invocations.answer_with_presence
+        assert await answer("ana", "inv-1", "d" * 16, Status.DONE, None, _at(2)) is None  # another device's
+        assert await answer("ana", "inv-1", uid, Status.DONE, None, _at(10)) is None  # due at its deadline
+        assert await answer("ana", "inv-x", uid, Status.DONE, None, _at(2)) is None
+        taken = await answer("ana", "inv-1", uid, Status.DECLINED, "not now", _at(2))
+        assert taken is not None
+        assert taken == (await uow.invocations.get("ana", "inv-1"), await uow.devices.presence(uid))
+        assert taken[1] == Presence(DeviceStatus.ACTIVE, _at(30), False)
+        assert (taken[0].status, taken[0].message, taken[0].resolved_at) == (
+            Status.DECLINED,
+            "not now",
+            _at(2),
+        )
+        assert await answer("ana", "inv-1", uid, Status.DONE, None, _at(3)) is None  # answered already
+        on_push = await answer("ana", "inv-d", "d" * 16, Status.DONE, None, _at(3))
+        assert on_push is not None and on_push[1] == Presence(DeviceStatus.ACTIVE, None, True)
+        await uow.devices.set_link(uid, None)
+        await uow.devices.set_status(uid, DeviceStatus.REVOKED, _at(4))
+        revoked = await answer("ana", "inv-2", uid, Status.DONE, None, _at(5))
+    assert revoked is not None and revoked[1] == Presence(DeviceStatus.REVOKED, None, False)
+
+
 async def test_two_device_answers_racing_for_one_call_leave_exactly_one(store: Store) -> None:
     tenant = await _with_device(store)
     async with store.unit_of_work(tenant) as uow:

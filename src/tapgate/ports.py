@@ -170,6 +170,18 @@ class Invocations(Protocol):
         answered (``status``, ``message`` as given, resolved at ``at``), or None if the call is not that
         (absent, another device's, awaiting approval, answered or due: the caller reads it to say which)."""
 
+    async def answer_with_presence(
+        self,
+        user_id: str,
+        invocation_id: str,
+        device_uid: str,
+        status: Status,
+        message: str | None,
+        at: datetime,
+    ) -> tuple[Invocation, Presence | None] | None:
+        """``answer``, and the answering device's ``Devices.presence``, in one step: for a call that waits
+        in this process on an answer that did not come over the device's link."""
+
     async def proceed(self, invocation: Invocation) -> bool:
         """An approved call goes on: awaiting_approval → pending with its new deadline; False if it was
         no longer waiting."""

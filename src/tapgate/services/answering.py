@@ -169,16 +169,25 @@ async def answer(
     status = device_status(status_word)
     now = ctx.clock.now()
     handed: tuple[str, Invocation, bool | None] | None = None  # for a call waiting in this process
-    user, uid = caller.device.user_id, caller.device.device_uid
-    async with ctx.store.unit_of_work(caller.principal.tenant_id) as uow:
-        answered = await uow.invocations.answer(user, invocation_id, uid, status, cut_message(message), now)
+    tenant, user, uid = caller.principal.tenant_id, caller.device.user_id, caller.device.device_uid
+    key = invocation_key(tenant, user, invocation_id)
+    reads_presence = not linked and ctx.handover.wanted(key)  # the waiting call's view needs it
+    said = cut_message(message)
+    async with ctx.store.unit_of_work(tenant) as uow:
+        online: bool | None = True if linked else None
+        if reads_presence:  # with the answer, in its one statement
+            taken = await uow.invocations.answer_with_presence(user, invocation_id, uid, status, said, now)
+            answered, presence = taken if taken is not None else (None, None)
+            online = None if presence is None else presence.online(now)
+        else:
+            answered = await uow.invocations.answer(user, invocation_id, uid, status, said, now)
         if answered is None:  # not this device's pending call before its deadline: read it to say why
             await _not_taken(uow, caller, invocation_id, status, message, now)  # or raises
         else:
             await announce(uow, answered, "invocation.answered", caller.principal.actor, now)
-            key = invocation_key(answered.tenant_id, answered.user_id, invocation_id)
             if ctx.handover.wanted(key):  # a call in this process waits: it takes the answer from here
-                online = True if linked else await device_online(uow, answered, now)
+                if not (linked or reads_presence):  # it came to wait since the answer's statement
+                    online = await device_online(uow, answered, now)
                 handed = key, answered, online
     if handed is not None:
         ctx.handover.hand(*handed)

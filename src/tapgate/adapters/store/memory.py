@@ -438,6 +438,21 @@ class _Invocations(_Repo):
         self.state.invocations[key] = answered
         return answered
 
+    async def answer_with_presence(
+        self,
+        user_id: str,
+        invocation_id: str,
+        device_uid: str,
+        status: Status,
+        message: str | None,
+        at: datetime,
+    ) -> tuple[Invocation, Presence | None] | None:
+        answered = await self.answer(user_id, invocation_id, device_uid, status, message, at)
+        if answered is None:
+            return None
+        device = self.state.devices.get((self.tenant_id, device_uid))
+        return answered, None if device is None else device.presence()
+
     async def proceed(self, invocation: Invocation) -> bool:
         key = self._key(invocation)
         found = self.state.invocations.get(key)

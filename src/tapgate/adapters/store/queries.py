@@ -145,6 +145,31 @@ ANSWER = (
     .values(status=bindparam("status"), resolved_at=bindparam("at"), message=bindparam("message"))
     .returning(*t.invocations.c)
 )
+
+
+def _of_its_device(column: Any, label: str) -> Any:
+    """A column of the updated call's device, for a RETURNING clause (a subquery: both engines' RETURNING
+    name only the updated table's columns). The call's columns are written out with their table: SQLAlchemy
+    writes every column of SQLite's RETURNING bare, and inside the subquery a bare ``tenant_id`` is the
+    device's own, which would match every device."""
+    return (
+        select(column)
+        .where(
+            _dev.tenant_id == literal_column("invocations.tenant_id"),
+            _dev.device_uid == literal_column("invocations.device_uid"),
+        )
+        .scalar_subquery()
+        .label(label)
+    )
+
+
+# The answer with its device's presence (``DEVICE_PRESENCE``), one statement: for a call that waits in
+# this process on an answer that did not come over the device's link (a long-poll device's answer).
+ANSWER_WITH_PRESENCE = ANSWER.returning(
+    _of_its_device(_dev.status, "device_status"),
+    _of_its_device(_dev.link_until, "device_link_until"),
+    _of_its_device(_dev.push_kind, "device_push_kind"),
+)
 COUNT_CONFIRMING = select(func.count()).where(
     _inv.tenant_id == _tenant,
     _inv.user_id == bindparam("user"),
@@ -263,6 +288,7 @@ for _statement in (
     MARK_ONE_DELIVERED,
     RESOLVE,
     ANSWER,
+    ANSWER_WITH_PRESENCE,
     COUNT_CONFIRMING,
     CHAIN_HEAD,
     MOVE_CHAIN_HEAD,

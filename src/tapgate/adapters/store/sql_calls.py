@@ -98,6 +98,14 @@ class SqlSessions(Repo):
         return seq
 
 
+def _presence(r: Any) -> Presence | None:
+    """The device's presence in a row that carries it (``device_status``, ``device_link_until``,
+    ``device_push_kind``); None if the device is gone."""
+    if r.device_status is None:
+        return None
+    return Presence(DeviceStatus(r.device_status), r.device_link_until, r.device_push_kind is not None)
+
+
 def _invocation(r: Any) -> Invocation:
     return Invocation(
         tenant_id=r.tenant_id,
@@ -186,11 +194,7 @@ class SqlInvocations(Repo):
         r = (await self.conn.execute(q.INVOCATION_WITH_PRESENCE, values)).first()
         if r is None:
             return None, None
-        if r.device_status is None:
-            return _invocation(r), None
-        return _invocation(r), Presence(
-            DeviceStatus(r.device_status), r.device_link_until, r.device_push_kind is not None
-        )
+        return _invocation(r), _presence(r)
 
     async def pending_for(self, device_uid: str, limit: int) -> Sequence[Invocation]:
         rows = await self.conn.execute(
@@ -245,6 +249,29 @@ class SqlInvocations(Repo):
         }
         r = (await self.conn.execute(q.ANSWER, values)).first()
         return None if r is None else _invocation(r)
+
+    async def answer_with_presence(
+        self,
+        user_id: str,
+        invocation_id: str,
+        device_uid: str,
+        status: Status,
+        message: str | None,
+        at: datetime,
+    ) -> tuple[Invocation, Presence | None] | None:
+        values = {
+            "tenant": self.tenant_id,
+            "user": user_id,
+            "id": invocation_id,
+            "uid": device_uid,
+            "status": status.value,
+            "message": message,
+            "at": at,
+        }
+        r = (await self.conn.execute(q.ANSWER_WITH_PRESENCE, values)).first()
+        if r is None:
+            return None
+        return _invocation(r), _presence(r)
 
     async def proceed(self, invocation: Invocation) -> bool:
         c = t.invocations.c
