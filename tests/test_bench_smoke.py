@@ -13,6 +13,7 @@ import pytest
 from tapgate.bench.profile import summarize
 from tapgate.bench.rows import BY_NAME, SPECS, Row, select
 from tapgate.bench.runner import median_turn, targets
+from tapgate.bench.scenarios import cpu_per_call
 
 
 def test_the_smoke_run_measures_every_sqlite_row_and_skips_postgres_saying_why(tmp_path: Path) -> None:
@@ -44,6 +45,9 @@ def test_the_smoke_run_measures_every_sqlite_row_and_skips_postgres_saying_why(t
     # the durable floor is measured beside tapgate, and each call's database work is counted
     assert rows["roundtrip-ws-sqlite"]["durable_ratio"] > 0
     assert rows["roundtrip-ws-sqlite"]["detail"]["db_per_round_trip"]["writing"] > 0
+    for name in ("roundtrip-ws-sqlite", "roundtrip-ws-floor-sqlite"):  # what a short row's target cites
+        # (empty here: a smoke run's window is too short for the kernel's CPU accounting)
+        assert "cpu_ms_per_invocation" in rows[name]["detail"], rows[name]["detail"]
     assert rows["idle-ws"]["detail"]["db_per_second_held"]["transactions"] >= 0
     assert (
         "db_per_round_trip" not in rows["roundtrip-ws-floor-sqlite"]["detail"]
@@ -160,6 +164,46 @@ def test_a_ratio_to_a_floor_measured_on_a_busy_machine_says_so() -> None:
     ]
     [judged] = [t for t in targets([floor, tapgate]) if t["row"] == "throughput-sqlite"]
     assert judged["mark"] == "met" and judged["caveats"] == tapgate.caveats
+
+
+def test_cpu_a_call_is_each_sides_cores_over_the_calls_of_a_window() -> None:
+    # 0.9 cores of server and 0.3 of PostgreSQL over calls 2 ms apart; the client's cores are not its
+    assert cpu_per_call({"server": 0.9, "postgres": 0.3, "client": 0.5}, 0.002) == {
+        "server": 1.8,
+        "postgres": 0.6,
+    }
+    assert cpu_per_call({}, 0.002) == {}  # a window too short to measure
+
+
+def test_a_short_target_says_each_sides_cpu_a_call_against_its_durable_floors_and_a_met_one_does_not() -> (
+    None
+):
+    floor = Row(BY_NAME["roundtrip-ws-floor-sqlite"], value=0.5, cpu={"server": 0.6})
+    floor.detail = {"cpu_ms_per_invocation": {"server": 0.25}}
+    slow = Row(BY_NAME["roundtrip-ws-sqlite"], value=1.0, cpu={"server": 0.9})
+    slow.detail = {"cpu_ms_per_invocation": {"server": 0.9}, "profile": "profile-roundtrip-ws-sqlite-x.txt"}
+    slow.judge(None, floor)
+    [short] = [t for t in targets([floor, slow]) if t["row"] == "roundtrip-ws-sqlite"]
+    assert short["mark"] == "short"
+    assert short["in_the_way"] == (
+        "the server 0.90 ms of CPU a call against its durable floor's 0.25 ms (3.6×); "
+        "where it goes: profile-roundtrip-ws-sqlite-x.txt"
+    )
+    pg_floor = Row(BY_NAME["throughput-floor-postgres"], value=1000.0, cpu={"server": 0.8})
+    pg_floor.detail = {"cpu_ms_per_invocation": {"server": 0.4, "postgres": 0.5}}
+    pg = Row(BY_NAME["throughput-postgres-1"], value=300.0, cpu={"server": 0.8})
+    pg.detail = {"cpu_ms_per_invocation": {"server": 1.6, "postgres": 1.5}}
+    pg.judge(None, pg_floor)
+    [short] = [t for t in targets([pg_floor, pg]) if t["row"] == "throughput-postgres-1"]
+    assert short["in_the_way"] == (
+        "the server 1.60 ms of CPU a call against its durable floor's 0.40 ms (4.0×); "
+        "PostgreSQL 1.50 ms of CPU a call against its durable floor's 0.50 ms (3.0×)"
+    )
+    fast = Row(BY_NAME["roundtrip-ws-sqlite"], value=0.6, cpu={"server": 0.9})
+    fast.detail = {"cpu_ms_per_invocation": {"server": 0.3}}
+    fast.judge(None, floor)
+    [met] = [t for t in targets([floor, fast]) if t["row"] == "roundtrip-ws-sqlite"]
+    assert met["mark"] == "met" and "in_the_way" not in met
 
 
 def test_a_durable_floor_and_its_rows_are_measured_in_alternating_turns_keeping_each_rows_median(

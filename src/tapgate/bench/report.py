@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from tapgate.bench.rows import Row
-from tapgate.bench.runner import Results
+from tapgate.bench.runner import Results, targets
 
 MARKS = {
     "pass": "[green]pass[/]",
@@ -111,6 +111,8 @@ def print_table(results: Results, console: Console) -> None:
     for row in results.rows:
         for caveat in row.caveats:
             console.print(f"[yellow]* {row.spec.name}: {caveat}[/]", highlight=False)
+    for name, why in _in_the_way(results):
+        console.print(f"Short: {name}: {why}", highlight=False)
     for note in results.notes:
         console.print(f"[yellow]{note}[/]", highlight=False)
 
@@ -149,7 +151,15 @@ def markdown(results: Results) -> str:
     caveats = [f"- {row.spec.name}: {c}" for row in results.rows for c in row.caveats]
     if caveats:
         lines += ["", "\\* caveats:", *caveats]
+    short = [f"- {name}: {why}" for name, why in _in_the_way(results)]
+    if short:
+        lines += ["", "What stands between each short row and its durable floor:", *short]
     return "\n".join(lines) + "\n"
+
+
+def _in_the_way(results: Results) -> list[tuple[str, str]]:
+    """Each short target's row and what stands in its way (its CPU a call against its durable floor's)."""
+    return [(t["row"], t["in_the_way"]) for t in targets(results.rows) if "in_the_way" in t]
 
 
 def write_markdown(results: Results, path: Path) -> None:

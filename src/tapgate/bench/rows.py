@@ -305,3 +305,21 @@ class Row:
             "caveats": self.caveats,
             "baseline": self.baseline,
         }
+
+
+def in_the_way(row: Row, durable: Row) -> str | None:
+    """What stands between a row and its durable floor, as measured in the same run: each side's CPU a
+    call (the server's, and PostgreSQL's where it runs), and the profile to read where it goes."""
+    mine, floor = row.detail.get("cpu_ms_per_invocation"), durable.detail.get("cpu_ms_per_invocation")
+    if not mine or not floor:
+        return None
+    said = [
+        f"{label} {mine[group]:.2f} ms of CPU a call against its durable floor's {floor[group]:.2f} ms "
+        f"({mine[group] / floor[group]:.1f}×)"
+        for group, label in (("server", "the server"), ("postgres", "PostgreSQL"))
+        if mine.get(group) and floor.get(group)
+    ]
+    if not said:
+        return None
+    where = f"; where it goes: {row.detail['profile']}" if "profile" in row.detail else ""
+    return "; ".join(said) + where

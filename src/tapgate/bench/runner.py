@@ -29,7 +29,7 @@ from typing import Any
 
 from tapgate.bench import scaleout, scenarios, seed, verify
 from tapgate.bench.chain import chain_rows
-from tapgate.bench.rows import BY_NAME, Row, Spec, select
+from tapgate.bench.rows import BY_NAME, Row, Spec, in_the_way, select
 from tapgate.bench.servers import (
     Served,
     plain_postgres_database,
@@ -101,11 +101,14 @@ MAX_CPU_TWO_WORKERS = 1.1  # DESIGN §16: server CPU per invocation with two wor
 def targets(rows: list[Row]) -> list[dict[str, Any]]:
     """Each DESIGN §16 target this run could judge: the row, what was measured, met or short."""
     out: list[dict[str, Any]] = []
+    by_name = {row.spec.name: row for row in rows}
     for row in rows:
         spec = row.spec
         if spec.target is None or row.mark not in ("pass", "short"):
             continue
         ratio = row.judged_ratio
+        durable = by_name.get(spec.durable) if spec.durable else None
+        why = in_the_way(row, durable) if row.mark == "short" and durable is not None else None
         out.append(
             {
                 "target": spec.target.text,
@@ -114,6 +117,7 @@ def targets(rows: list[Row]) -> list[dict[str, Any]]:
                 "ratio": ratio if spec.target.kind.startswith("ratio") else None,
                 "mark": "met" if row.mark == "pass" else "short",
                 **({"caveats": row.caveats} if row.caveats else {}),
+                **({"in_the_way": why} if why else {}),
             }
         )
     out += _two_workers(rows)

@@ -103,6 +103,16 @@ async def db_counts(served: Served) -> dict[str, float] | None:
     return found if len(found) == len(_DB_METRICS) else None
 
 
+def cpu_per_call(cpu: dict[str, float], seconds_per_call: float) -> dict[str, float]:
+    """The server's and PostgreSQL's CPU a call (ms), from the cores each used over a window of calls."""
+    return {g: round(cpu[g] * seconds_per_call * 1000, 3) for g in ("server", "postgres") if g in cpu}
+
+
+def _profile_of(stage: Stage, name: str, served: Served) -> dict[str, str]:
+    """The row's profile summary (with --profile), for a target it falls short of to point at."""
+    return {"profile": f"profile-{name}-{served.name}.txt"} if stage.profiles is not None else {}
+
+
 def per_call(before: dict[str, float] | None, after: dict[str, float] | None, calls: int) -> dict[str, float]:
     """What the database did per call between two ``db_counts``; {} without counts or calls."""
     if before is None or after is None or calls <= 0:
@@ -132,7 +142,8 @@ async def roundtrip(stage: Stage, name: str, served: Served, pair: Pair, device:
         await client.send(json.dumps({"start": warm_until, "end": end}))
         async with stage.profiled(name, sizes.roundtrip_seconds):
             result = await client.expect("result", end - time.monotonic() + 120)
-        cpu = Meter.cores(before, meter.snapshot())
+        after = meter.snapshot()
+        cpu = Meter.cores(before, after)
     latencies = result["latencies"]
     calls = len(latencies) + int(result.get("warmed", 0))
     detail: dict[str, Any] = _latency_detail(latencies) | {
@@ -142,6 +153,9 @@ async def roundtrip(stage: Stage, name: str, served: Served, pair: Pair, device:
         # counted by the server over the warm-up and the measured calls (a link's own start and end
         # are inside the window too: a few transactions over thousands of calls)
         "db_per_round_trip": per_call(counted, await db_counts(served), calls),
+        # one call at a time: the cores over the window are the CPU of its calls, warm-up included
+        "cpu_ms_per_invocation": cpu_per_call(cpu, (after.wall - before.wall) / max(calls, 1)),
+        **_profile_of(stage, name, served),
     }
     row = Row(BY_NAME[name], cpu=cpu, detail=detail)
     if latencies:
@@ -192,6 +206,8 @@ async def throughput(stage: Stage, name: str, served: Served, pairs: list[Pair],
         row.value = round(completed / (end - start), 1)
         if "server" in cpu:
             detail["server_cpu_ms_per_invocation"] = round(cpu["server"] * 1000 / row.value, 3)
+        detail["cpu_ms_per_invocation"] = cpu_per_call(cpu, 1 / row.value)
+        detail |= _profile_of(stage, name, served)
     else:
         row.skipped = f"no invocation completed: {errors}"
     return row
