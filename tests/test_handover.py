@@ -138,6 +138,7 @@ async def test_an_answer_over_a_live_link_says_the_device_is_online_without_read
     _, agent, lamp = await _lamp_and_agent(device_api)
     gateway = device_api.app.state.gateway  # type: ignore[attr-defined]
     caller = await gateway.authenticate_device(lamp, present=False)
+    [tenant] = await gateway.store.tenant_ids()
     frames = gateway.device_link(caller, lamp)
     try:
         for turn in range(3):  # the first fills the caches
@@ -148,6 +149,8 @@ async def test_an_answer_over_a_live_link_says_the_device_is_online_without_read
             ack = await gateway.link_result(caller, DeviceResult(frame["callId"], "done", "on"))
             spent = COUNTS.statements - before
             assert ack["status"] == "accepted", ack
+            # the waiting call took its answer before the device's receipt went back
+            assert not gateway.ctx.handover.wanted(invocation_key(tenant, "ana", frame["callId"]))
             view = (await asyncio.wait_for(waiting, timeout=20)).json()
             read = (await device_api.get(f"/v1/invocations/{frame['callId']}", headers=bearer(agent))).json()
             assert view == read and view["device_online"] is True

@@ -191,6 +191,9 @@ async def answer(
                 handed = key, answered, online
     if handed is not None:
         ctx.handover.hand(*handed)
+        # The waiting call, woken by the commit, answers its agent before this answers the device: the
+        # device's receipt can wait one turn of the loop, the agent's answer is the call's round trip.
+        await asyncio.sleep(0)
     faults.crash_point("answer.after_commit")
     if answered is None:
         raise Gone("This invocation expired before the answer came; it is kept as a late report.")

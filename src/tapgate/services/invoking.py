@@ -184,6 +184,9 @@ async def invoke(ctx: Context, caller: Principal, call: Call, wait: float = 0) -
         first = await _invoke(ctx, caller, call, arguments, invocation_id)
         if first.status_known is None:
             return first.view
+        # A live link or a held long-poll of this process, woken by the commit, sends the call to its
+        # device before this goes on: the device works on it while this sets up its wait.
+        await asyncio.sleep(0)
         return await _await_answer(
             ctx, caller, invocation_id, wait, answered, slot, first.status_known, first.online
         )
