@@ -163,7 +163,13 @@ def create_app(durable: Durable | None = None) -> Starlette:
         wait = min(float(request.query_params.get("wait", 0)), 60.0)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + wait
+        waited = False
         while True:
+            # A poll whose client has gone (a load client of an earlier turn, ended while its poll was
+            # held) takes nothing: what it took would be lost, and the call with it. Asked after a
+            # wait only, which is once a call in a round trip.
+            if waited and await request.is_disconnected():
+                return Response(status_code=204)
             device.woken.clear()
             found = device.take()
             left = deadline - loop.time()
@@ -171,6 +177,7 @@ def create_app(durable: Durable | None = None) -> Starlette:
                 break
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(device.woken.wait(), left)
+            waited = True
         views = [{"id": i.id, "tool": i.tool, "arguments": i.arguments} for i in found]
         return JSONResponse({"invocations": views})
 
