@@ -5,7 +5,9 @@ of changed rows, and the same refusal of a duplicate row."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
+import sqlite3
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
@@ -121,6 +123,46 @@ def test_no_hot_statement_binds_a_value_that_decides_whether_a_partial_index_app
         for column in guarded:
             assert not re.search(rf"{re.escape(column)}\s*(=|!=|<>|IN|NOT IN)\s*\(?\?", sql), (name, sql)
     assert "devices.status != 'revoked'" in str(q.LIVE_DEVICE_WITH_PAUSE.compile(dialect=dialect))
+
+
+def test_a_hot_statement_that_names_a_row_by_its_key_searches_by_it_and_none_scans_a_table(
+    sqlite_url: str,
+) -> None:
+    """SQLite chooses an index without statistics (tapgate runs no ANALYZE): given a call's tenant, device
+    and id but not its user, the long-poll's delivery marks searched the device's index, every call the
+    device ever had, for each mark; a batch of marks stalled a long-poll round trip for half a second
+    once a device had a few thousand calls. A statement that names a row by its tenant and its id (the
+    first two columns of its table's primary key) must search by the primary key, and none may read a
+    whole table."""
+    path = sqlite_url.removeprefix("sqlite:///")
+    dialect = sqlite.dialect(paramstyle="qmark")
+    keys = {
+        table.name: [c.name for c in table.primary_key.columns]
+        for table in t.metadata.tables.values()
+        if table.primary_key.columns
+    }
+    with contextlib.closing(sqlite3.connect(path)) as connection:
+        by_primary_key = {
+            table: f"sqlite_autoindex_{table}_1"
+            for (table,) in connection.execute("SELECT tbl_name FROM sqlite_master WHERE type = 'table'")
+        }
+        named = 0
+        for name in STATEMENTS:
+            sql = re.sub(
+                r"\(__\[POSTCOMPILE_\w+\]\)", "(?, ?)", str(getattr(q, name).compile(dialect=dialect))
+            )
+            plan = [
+                row[3] for row in connection.execute(f"EXPLAIN QUERY PLAN {sql}", [None] * sql.count("?"))
+            ]
+            assert not any(step.startswith("SCAN ") for step in plan), (name, plan)
+            where = sql.partition(" WHERE ")[2].split(" RETURNING ")[0]
+            for table, columns in keys.items():
+                bound = [c for c in columns if re.search(rf"\b{table}\.{c} (= \?|IN \()", where)]
+                # its tenant and its id (the calls' key goes on with their user: named or not, the key)
+                if bound[:2] == columns[:2] and not re.search(r"\bFROM\b", where):  # the statement's own
+                    named += 1
+                    assert any(by_primary_key[table] in step for step in plan), (name, plan)
+    assert named >= 8  # the calls' reads and writes by id among them
 
 
 @pytest.mark.parametrize("name", STATEMENTS)

@@ -351,7 +351,8 @@ async def test_an_invocation_id_is_its_users_own(store: Store) -> None:
         assert await uow.invocations.get("ana", "inv-1") == anas
         assert await uow.invocations.get("bob", "inv-1") == bobs
         assert await uow.invocations.get("cy", "inv-1") is None
-        await uow.invocations.mark_delivered("d" * 16, ["inv-1"], _at(1))
+        await uow.invocations.mark_delivered("ana", "d" * 16, ["inv-1"], _at(1))
+        await uow.invocations.mark_delivered("bob", "d" * 16, ["inv-1"], _at(1))  # not bob's device's
         assert await uow.invocations.resolve(replace(anas, status=Status.DONE, resolved_at=_at(2))) is True
         assert await uow.invocations.add_late_report("ana", "inv-1", "done", None, _at(3)) is True
     async with store.unit_of_work(tenant) as uow:
@@ -427,9 +428,12 @@ async def test_delivery_notes_the_latest_hand_over_and_ignores_unknown_ids(store
         await uow.invocations.add(_invocation(tenant, "inv-1"))
         await uow.invocations.add(_invocation(tenant, "inv-2"))
     async with store.unit_of_work(tenant) as uow:
-        await uow.invocations.mark_delivered("d" * 16, ["inv-1"], _at(1))
+        await uow.invocations.mark_delivered("ana", "d" * 16, ["inv-1"], _at(1))
     async with store.unit_of_work(tenant) as uow:
-        await uow.invocations.mark_delivered("d" * 16, ["inv-1", "inv-2", "inv-x"], _at(2))
+        await uow.invocations.mark_delivered("ana", "d" * 16, ["inv-1", "inv-2", "inv-x"], _at(2))
+        await uow.invocations.mark_delivered("bob", "d" * 16, ["inv-1", "inv-2"], _at(3))  # another user's
+        await uow.invocations.mark_delivered("ana", "e" * 16, ["inv-1"], _at(3))  # another device's
+        await uow.invocations.mark_delivered("bob", "d" * 16, ["inv-2"], _at(3))
     async with store.unit_of_work(tenant) as uow:
         one, two = await uow.invocations.get("ana", "inv-1"), await uow.invocations.get("ana", "inv-2")
     assert one is not None and two is not None

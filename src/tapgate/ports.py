@@ -150,9 +150,11 @@ class Invocations(Protocol):
     async def open_for(self, device_uid: str) -> Sequence[Invocation]:
         """The device's pending and awaiting-approval invocations."""
 
-    async def mark_delivered(self, device_uid: str, invocation_ids: Sequence[str], at: datetime) -> None:
-        """Note that these were handed to their device now (the long-poll hands them again only after
-        ``redelivery_seconds``)."""
+    async def mark_delivered(
+        self, user_id: str, device_uid: str, invocation_ids: Sequence[str], at: datetime
+    ) -> None:
+        """Note that these calls of ``user_id`` were handed to their device now (the long-poll hands them
+        again only after ``redelivery_seconds``). Calls of another user or device are left as they are."""
 
     async def resolve(self, invocation: Invocation) -> bool:
         """Store ``invocation``'s terminal state if the row is still open; False if another answer won."""

@@ -102,7 +102,9 @@ def _take_handed(
         and hands.handed_at(tenant, i.invocation_id, i.delivered_at) is None
     ][:MAX_FETCH]
     if found:
-        hands.note(tenant, caller.device.device_uid, [i.invocation_id for i in found], now)
+        hands.note(
+            tenant, caller.device.user_id, caller.device.device_uid, [i.invocation_id for i in found], now
+        )
     return found
 
 
@@ -123,7 +125,7 @@ async def take_pending(uow: UnitOfWork, caller: DeviceCaller, now: datetime) -> 
     ]
     fresh = [i.invocation_id for i in found if i.delivered_at is None]
     if fresh and caller.device.push is not None:
-        await uow.invocations.mark_delivered(caller.device.device_uid, fresh, now)
+        await uow.invocations.mark_delivered(caller.device.user_id, caller.device.device_uid, fresh, now)
     return found
 
 
@@ -137,7 +139,7 @@ async def _take(
     again = timedelta(seconds=ctx.limits.redelivery_seconds)
     found: list[Invocation] = []
     held_until: datetime | None = None
-    tenant, uid = caller.principal.tenant_id, caller.device.device_uid
+    tenant, user, uid = caller.principal.tenant_id, caller.device.user_id, caller.device.device_uid
     async with fetching(ctx, caller) as uow:
         for invocation in await uow.invocations.pending_for(uid, MAX_FETCH):
             if invocation.due(now) or invocation.invocation_id in skip:
@@ -149,9 +151,9 @@ async def _take(
                 continue
             found.append(invocation)
         if found and caller.device.push is not None:
-            await uow.invocations.mark_delivered(uid, [i.invocation_id for i in found], now)
+            await uow.invocations.mark_delivered(user, uid, [i.invocation_id for i in found], now)
     if found and caller.device.push is None:
-        hands.note(tenant, uid, [i.invocation_id for i in found], now)
+        hands.note(tenant, user, uid, [i.invocation_id for i in found], now)
     return found, held_until
 
 

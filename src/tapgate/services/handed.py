@@ -32,7 +32,8 @@ class HandedCalls:
         self.ctx = ctx
         self.flush_seconds = flush_seconds
         self._at: dict[tuple[str, str], datetime] = {}  # (tenant, invocation id) -> when it was handed
-        self._unwritten: defaultdict[str, dict[tuple[str, datetime], list[str]]] = defaultdict(dict)
+        # by tenant, then by (user, device, when handed): the calls' ids
+        self._unwritten: defaultdict[str, dict[tuple[str, str, datetime], list[str]]] = defaultdict(dict)
         self._flushed = asyncio.Event()
         self.batches = 0  # units of work that wrote marks
         self._task: asyncio.Task[None] | None = None
@@ -44,12 +45,15 @@ class HandedCalls:
             return written
         return noted
 
-    def note(self, tenant_id: str, device_uid: str, invocation_ids: Iterable[str], at: datetime) -> None:
-        """``invocation_ids`` were handed to the device at ``at``; written with the next batch."""
+    def note(
+        self, tenant_id: str, user_id: str, device_uid: str, invocation_ids: Iterable[str], at: datetime
+    ) -> None:
+        """``invocation_ids`` (calls of ``user_id``) were handed to the device at ``at``; written with the
+        next batch."""
         ids = list(invocation_ids)
         for invocation_id in ids:
             self._at[(tenant_id, invocation_id)] = at
-        self._unwritten[tenant_id].setdefault((device_uid, at), []).extend(ids)
+        self._unwritten[tenant_id].setdefault((user_id, device_uid, at), []).extend(ids)
         self._flushed.set()
 
     def __len__(self) -> int:
@@ -63,8 +67,8 @@ class HandedCalls:
         try:
             for tenant, marks in list(unwritten.items()):
                 async with self.ctx.store.unit_of_work(tenant) as uow:
-                    for (device_uid, at), ids in marks.items():
-                        await uow.invocations.mark_delivered(device_uid, ids, at)
+                    for (user_id, device_uid, at), ids in marks.items():
+                        await uow.invocations.mark_delivered(user_id, device_uid, ids, at)
                         written += len(ids)
                 self.batches += 1
                 del unwritten[tenant]

@@ -393,10 +393,12 @@ class _Invocations(_Repo):
     async def open_for(self, device_uid: str) -> Sequence[Invocation]:
         return [i for i in self._mine() if i.device_uid == device_uid and i.status.open]
 
-    async def mark_delivered(self, device_uid: str, invocation_ids: Sequence[str], at: datetime) -> None:
+    async def mark_delivered(
+        self, user_id: str, device_uid: str, invocation_ids: Sequence[str], at: datetime
+    ) -> None:
         wanted = set(invocation_ids)
         for i in self._mine():
-            if i.device_uid == device_uid and i.invocation_id in wanted:
+            if i.user_id == user_id and i.device_uid == device_uid and i.invocation_id in wanted:
                 self.state.invocations[self._key(i)] = replace(i, delivered_at=at)
 
     def _key(self, invocation: Invocation) -> tuple[str, str, str]:

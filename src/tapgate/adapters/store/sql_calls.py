@@ -206,13 +206,14 @@ class SqlInvocations(Repo):
         rows = await self.conn.execute(q.OPEN_FOR, {"tenant": self.tenant_id, "uid": device_uid})
         return [_invocation(r) for r in rows]
 
-    async def mark_delivered(self, device_uid: str, invocation_ids: Sequence[str], at: datetime) -> None:
+    async def mark_delivered(
+        self, user_id: str, device_uid: str, invocation_ids: Sequence[str], at: datetime
+    ) -> None:
+        values = {"tenant": self.tenant_id, "user": user_id, "uid": device_uid, "at": at}
         if len(invocation_ids) == 1:  # the usual case, and a statement built once for every engine
-            values = {"tenant": self.tenant_id, "uid": device_uid, "id": invocation_ids[0], "at": at}
-            await self.conn.execute(q.MARK_ONE_DELIVERED, values)
+            await self.conn.execute(q.MARK_ONE_DELIVERED, values | {"id": invocation_ids[0]})
         elif invocation_ids:
-            values = {"tenant": self.tenant_id, "uid": device_uid, "ids": list(invocation_ids), "at": at}
-            await self.conn.execute(q.MARK_DELIVERED, values)
+            await self.conn.execute(q.MARK_DELIVERED, values | {"ids": list(invocation_ids)})
 
     async def resolve(self, invocation: Invocation) -> bool:
         changed = await self.conn.execute(
