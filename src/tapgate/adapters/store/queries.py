@@ -107,14 +107,19 @@ PENDING_FOR = (
 OPEN_FOR = select(t.invocations).where(
     _inv.tenant_id == _tenant, _inv.device_uid == bindparam("uid"), _inv.status.in_(OPEN)
 )
-# Marks name their calls by the whole primary key (the user with the id): given only the tenant, the device
-# and the id, SQLite searched the device's index, every call the device ever had, for each mark.
-_DELIVERED = update(t.invocations).values(delivered_at=bindparam("at"))
-_OF_DEVICE = (
-    (_inv.tenant_id == _tenant) & (_inv.user_id == bindparam("user")) & (_inv.device_uid == bindparam("uid"))
+# A mark names its call by the whole primary key (the user with the id), one call a statement: given only
+# the tenant, the device and the id, or three ids or more in an IN list, SQLite (which has no statistics)
+# searches the device's index instead, every call the device ever had.
+MARK_ONE_DELIVERED = (
+    update(t.invocations)
+    .values(delivered_at=bindparam("at"))
+    .where(
+        _inv.tenant_id == _tenant,
+        _inv.user_id == bindparam("user"),
+        _inv.invocation_id == bindparam("id"),
+        _inv.device_uid == bindparam("uid"),
+    )
 )
-MARK_DELIVERED = _DELIVERED.where(_OF_DEVICE, _inv.invocation_id.in_(bindparam("ids", expanding=True)))
-MARK_ONE_DELIVERED = _DELIVERED.where(_OF_DEVICE, _inv.invocation_id == bindparam("id"))
 RESOLVE = (
     update(t.invocations)
     .where(
