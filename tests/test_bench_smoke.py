@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tapgate.bench.profile import summarize
+from tapgate.bench.profile import parts, summarize
 from tapgate.bench.rows import BY_NAME, SPECS, Row, select
 from tapgate.bench.runner import median_turn, targets
 from tapgate.bench.scenarios import cpu_per_call
@@ -151,6 +151,53 @@ def test_a_profile_summary_says_how_many_stacks_were_cut_off_from_their_root(tmp
         "thread (1): MainThread;answer (tapgate/services/answering.py:80) 1\n"
     )
     assert "4 samples at 250/s (0.0 CPU seconds), 75% of them with their whole stack" in summarize(folded)
+
+
+def test_a_profile_splits_the_servers_samples_by_the_innermost_frame_that_names_a_part(
+    tmp_path: Path,
+) -> None:
+    loop = "thread (1): MainThread;Runner.run (asyncio/runners.py:118);serve (tapgate/api/ahead.py:9)"
+    answer = f"{loop};answer (tapgate/services/answering.py:80)"
+    folded = tmp_path / "p.folded"
+    folded.write_text(
+        # a repository's statement, and JSON its row needs: the store's
+        f"{answer};SqlJournal.append (tapgate/adapters/store/sql_journal.py:5);run (sqlite_raw.py:46) 1\n"
+        f"{answer};_entry_row (tapgate/adapters/store/sql_journal.py:329);dumps (json/__init__.py:231) 2\n"
+        # the journal's hash, called by the repository: the gateway's (the domain's own work)
+        f"{answer};SqlJournal.append (tapgate/adapters/store/sql_journal.py:5);"
+        "entry_hash (tapgate/domain/audit.py:92);dumps (json/__init__.py:231) 3\n"
+        f"{answer} 1\n"
+        # the HTTP edge, and the event loop's own native code: the edges'
+        f"{loop};send (uvicorn/protocols/http/httptools_impl.py:1) 2\n"
+        "thread (1): MainThread;Runner.run (asyncio/runners.py:118) 1\n"
+    )
+    assert parts(folded) == {"store": 0.3, "gateway": 0.4, "edges": 0.3}
+    assert "40.0%  gateway: the gateway's own work" in summarize(folded)
+    (tmp_path / "empty.folded").write_text("")
+    assert parts(tmp_path / "empty.folded") == {}
+
+
+def test_a_short_target_with_both_profiles_says_each_parts_cpu_a_call_against_its_durable_floors() -> None:
+    floor = Row(BY_NAME["throughput-floor-sqlite"], value=3000.0, cpu={"server": 0.9})
+    floor.detail = {
+        "cpu_ms_per_invocation": {"server": 0.3},
+        "parts": {"store": 0.1, "gateway": 0.0, "edges": 0.9},
+    }
+    slow = Row(BY_NAME["throughput-sqlite"], value=900.0, cpu={"server": 0.9})
+    slow.detail = {
+        "cpu_ms_per_invocation": {"server": 1.0},
+        "parts": {"store": 0.3, "gateway": 0.4, "edges": 0.3},
+        "profile": "profile-throughput-sqlite-x.txt",
+    }
+    slow.judge(None, floor)
+    [short] = [t for t in targets([floor, slow]) if t["row"] == "throughput-sqlite"]
+    assert short["in_the_way"] == (
+        "the server 1.00 ms of CPU a call against its durable floor's 0.30 ms (3.3×); "
+        "the server's CPU a call by part, against its durable floor's: "
+        "the store (repositories, SQLAlchemy, the driver) 0.30 ms against 0.03, "
+        "the gateway's own work (check chain, journal, events) 0.40 ms against 0.00, "
+        "the HTTP and WebSocket edges 0.30 ms against 0.27; where it goes: profile-throughput-sqlite-x.txt"
+    )
 
 
 def test_a_ratio_to_a_floor_measured_on_a_busy_machine_says_so() -> None:

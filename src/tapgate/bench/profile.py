@@ -5,8 +5,9 @@ py-spy attaches to the running server from outside (no change to the server, no 
 folded stacks (``bench/profile-<row>.folded``, one stack and its sample count a line; flame-graph tools
 read it). Only threads holding the GIL are sampled, so the samples are the Python process's CPU work (a
 thread waiting for a lock, a socket or SQLite's C code is not counted). The summary beside it (``.txt``)
-ranks functions by their own samples and by the samples spent inside them, and the packages the samples
-landed in.
+ranks functions by their own samples and by the samples spent inside them, the packages the samples
+landed in, and the part of the server each sample's work belongs to (``parts``): the store, the gateway's
+own work, or the edges, so that a row short of its durable floor can say which part is in the way.
 """
 
 from __future__ import annotations
@@ -59,6 +60,32 @@ async def record(pid: int, seconds: float, output: Path) -> asyncio.subprocess.P
     )
 
 
+# The parts of a server a sample's work belongs to: the innermost frame that names one decides (a JSON
+# encoding called by the journal's hashing is the gateway's; one called by a repository is the store's).
+# Checked in this order, so a repository's file is the store's before tapgate/adapters/ is the gateway's.
+PARTS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    (
+        "store",  # the repositories, SQLAlchemy and the drivers: everything a statement costs in Python
+        ("tapgate/adapters/store/", "sqlalchemy/", "asyncpg/", "sqlite3/", "tapgate/bench/durable.py"),
+    ),
+    (
+        "gateway",  # the check chain, the journal, events, handover and the rest of the call's own work
+        (
+            "tapgate/services/",
+            "tapgate/domain/",
+            "tapgate/gateway.py",
+            "tapgate/flag.py",
+            "tapgate/adapters/",
+        ),
+    ),
+    # everything else is the edges: HTTP, WebSocket frames, JSON on the wire, the event loop
+)
+PART_NAMES = {
+    "store": "the store (repositories, SQLAlchemy, the driver)",
+    "gateway": "the gateway's own work (check chain, journal, events)",
+    "edges": "the HTTP and WebSocket edges",
+}
+
 _ROOTS = ("Runner.run (", "Thread.run (", "WorkerThread.run (", "BaseProcess._bootstrap (")
 _STDLIB = {"asyncio", "threading", "queue", "json", "selectors", "contextlib", "concurrent", "logging", "re"}
 
@@ -92,6 +119,27 @@ def _work(frames: list[str]) -> list[str]:
         if frame.startswith(_ROOTS):
             start = i + 1
     return frames[start:] or frames[-1:]
+
+
+def _part(work: list[str]) -> str:
+    for function in reversed(work):
+        file = function.rpartition("(")[2]
+        for name, prefixes in PARTS:
+            if file.startswith(prefixes):
+                return name
+    return "edges"
+
+
+def parts(folded: Path) -> dict[str, float]:
+    """Each part's share of ``folded``'s samples (0 to 1; {} without samples)."""
+    counted: Counter[str] = Counter()
+    for line in folded.read_text().splitlines():
+        stack, _, count_text = line.rpartition(" ")
+        frames = [f for f in stack.split(";") if f and not f.startswith(("process ", "thread "))]
+        if frames and count_text.isdigit():
+            counted[_part([_function(f) for f in _work(frames)])] += int(count_text)
+    total = sum(counted.values())
+    return {name: round(counted[name] / total, 3) for name in PART_NAMES} if total else {}
 
 
 def _lines(counter: Counter[str], total: int, top: int) -> list[str]:
@@ -140,6 +188,9 @@ def summarize(folded: Path, top: int = 25) -> str:
     ]
     lines += _lines(threads, total, 8)
     lines += ["", "By package (own samples):", *_lines(packages, total, 15)]
+    shares = parts(folded)
+    lines += ["", "By part (the innermost frame that names one):"]
+    lines += [f"  {shares[name]:6.1%}  {name}: {PART_NAMES[name]}" for name in PART_NAMES]
     lines += ["", "By function, own samples:", *_lines(own, total, top)]
     lines += ["", "By function, samples inside it (its callees included):", *_lines(inside, total, top)]
     lines += ["", "tapgate's functions, samples inside them:", *_lines(ours, total, top)]

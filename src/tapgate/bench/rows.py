@@ -12,6 +12,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from tapgate.bench.profile import PART_NAMES
+
 Mark = Literal["pass", "short", "info", "skipped"]
 BUSY_CORES = 0.5  # other processes using this much CPU during a row make its figure suspect
 
@@ -309,7 +311,8 @@ class Row:
 
 def in_the_way(row: Row, durable: Row) -> str | None:
     """What stands between a row and its durable floor, as measured in the same run: each side's CPU a
-    call (the server's, and PostgreSQL's where it runs), and the profile to read where it goes."""
+    call (the server's, and PostgreSQL's where it runs), and with profiles of both the server's split by
+    part against the floor's, and the profile to read where it goes."""
     mine, floor = row.detail.get("cpu_ms_per_invocation"), durable.detail.get("cpu_ms_per_invocation")
     if not mine or not floor:
         return None
@@ -321,5 +324,25 @@ def in_the_way(row: Row, durable: Row) -> str | None:
     ]
     if not said:
         return None
+    split = _by_part(
+        mine.get("server"), row.detail.get("parts"), floor.get("server"), durable.detail.get("parts")
+    )
     where = f"; where it goes: {row.detail['profile']}" if "profile" in row.detail else ""
-    return "; ".join(said) + where
+    return "; ".join(said) + split + where
+
+
+def _by_part(
+    cpu: float | None,
+    shares: dict[str, float] | None,
+    floor_cpu: float | None,
+    floor: dict[str, float] | None,
+) -> str:
+    """The server's CPU a call by part (profile.parts) against its durable floor's, or '' without both
+    profiles."""
+    if not cpu or not shares or not floor_cpu or not floor:
+        return ""
+    each = [
+        f"{title} {shares.get(part, 0.0) * cpu:.2f} ms against {floor.get(part, 0.0) * floor_cpu:.2f}"
+        for part, title in PART_NAMES.items()
+    ]
+    return "; the server's CPU a call by part, against its durable floor's: " + ", ".join(each)

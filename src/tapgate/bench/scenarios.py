@@ -17,6 +17,7 @@ from typing import Any
 
 import psutil
 
+from tapgate.bench import profile
 from tapgate.bench.meter import Meter, rss_bytes
 from tapgate.bench.rows import BY_NAME, Row
 from tapgate.bench.seed import Pair
@@ -108,9 +109,14 @@ def cpu_per_call(cpu: dict[str, float], seconds_per_call: float) -> dict[str, fl
     return {g: round(cpu[g] * seconds_per_call * 1000, 3) for g in ("server", "postgres") if g in cpu}
 
 
-def _profile_of(stage: Stage, name: str, served: Served) -> dict[str, str]:
-    """The row's profile summary (with --profile), for a target it falls short of to point at."""
-    return {"profile": f"profile-{name}-{served.name}.txt"} if stage.profiles is not None else {}
+def _profile_of(stage: Stage, name: str, served: Served) -> dict[str, Any]:
+    """The row's profile summary (with --profile), for a target it falls short of to point at, and each
+    part's share of the server's samples (``profile.parts``)."""
+    if stage.profiles is None:
+        return {}
+    folded = stage.profiles / f"profile-{name}-{served.name}.folded"
+    shares = profile.parts(folded) if folded.exists() else {}
+    return {"profile": folded.with_suffix(".txt").name} | ({"parts": shares} if shares else {})
 
 
 def per_call(before: dict[str, float] | None, after: dict[str, float] | None, calls: int) -> dict[str, float]:
