@@ -280,6 +280,34 @@ def test_a_durable_floor_and_its_rows_are_measured_in_alternating_turns_keeping_
         assert len(turns) == 3 and results[name]["value"] == sorted(turns)[1]
 
 
+def test_a_profiled_row_measured_in_turns_keeps_the_profile_and_parts_of_the_turn_it_keeps(
+    tmp_path: Path,
+) -> None:
+    """--profile end to end: py-spy samples every server in every turn's window, a file a turn, and the
+    row points at its kept turn's summary with that turn's parts."""
+    row = "roundtrip-ws-sqlite"
+    bench = ["bench", "--smoke", "--turns", "2", "--only", row, "--profile", "--out", str(tmp_path)]
+    run = subprocess.run(
+        [sys.executable, "-m", "tapgate", *bench],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "COLUMNS": "200"},
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    detail = {r["name"]: r for r in json.loads((tmp_path / "results.json").read_text())["rows"]}[row][
+        "detail"
+    ]
+    kept = detail["turns"].index(sorted(detail["turns"])[0]) + 1  # of two turns, the lower middle
+    assert detail["profile"].startswith(f"profile-{row}-") and detail["profile"].endswith(f"-turn{kept}.txt")
+    for turn in (1, 2):  # each turn's window sampled the row's server, and the floor's beside it
+        assert len(list(tmp_path.glob(f"profile-{row}-*-turn{turn}.folded"))) == 2
+    summary = tmp_path / detail["profile"]
+    assert "By part" in summary.read_text()
+    assert detail["parts"] == parts(summary.with_suffix(".folded"))
+    assert abs(sum(detail["parts"].values()) - 1) < 0.01
+
+
 def test_a_row_keeps_its_median_turn_and_a_row_no_turn_measured_stays_skipped() -> None:
     spec = BY_NAME["roundtrip-ws-sqlite"]
     rows = [Row(spec, value=v, detail={"n": n}) for n, v in enumerate((3.0, 9.0, 2.0))]

@@ -662,7 +662,9 @@ def bench(
     report.write_json(results, out / "results.json")
     report.write_markdown(results, out / "results.md")
     if profile:
-        console.print(f"Profiles: {out}/profile-<row>-<server>.txt (summaries) and .folded (stacks).")
+        console.print(
+            f"Profiles: {out}/profile-<row>-<server>[-turn<n>].txt (summaries) and .folded (stacks)."
+        )
     if report.write_plot(results, out / "results.png"):
         console.print(f"Wrote {out / 'results.json'}, {out / 'results.md'} and {out / 'results.png'}.")
     else:

@@ -361,12 +361,14 @@ class Bench:
         taken: dict[str, list[Row]] = {name: [] for name, _ in measures}
         turns = self.sizes.turns
         for turn in range(1, turns + 1):
+            self.stage.turn = turn if turns > 1 else None
             for name, measure in measures:
                 row = await measure()
                 taken[name].append(row)
                 if turns > 1:
                     shown = f"{row.value:,.2f} {row.spec.unit}" if row.value is not None else "skipped"
                     self.say(f"  turn {turn} of {turns}: {name} {shown}")
+        self.stage.turn = None
         for rows in taken.values():
             self.keep(median_turn(rows))
 

@@ -112,9 +112,9 @@ def cpu_per_call(cpu: dict[str, float], seconds_per_call: float) -> dict[str, fl
 def _profile_of(stage: Stage, name: str, served: Served) -> dict[str, Any]:
     """The row's profile summary (with --profile), for a target it falls short of to point at, and each
     part's share of the server's samples (``profile.parts``)."""
-    if stage.profiles is None:
+    folded = stage.profile_path(name, served)
+    if folded is None:
         return {}
-    folded = stage.profiles / f"profile-{name}-{served.name}.folded"
     shares = profile.parts(folded) if folded.exists() else {}
     return {"profile": folded.with_suffix(".txt").name} | ({"parts": shares} if shares else {})
 

@@ -177,6 +177,15 @@ class Stage:
     clients: list[ClientProcess] = field(default_factory=list)
     with_postgres: bool = False
     profiles: Path | None = None  # where py-spy's samples of each timed window go (--profile)
+    turn: int | None = None  # the turn being measured, in a run of several (it names the profiles)
+
+    def profile_path(self, name: str, served: Served) -> Path | None:
+        """Where the samples of ``served`` in row ``name``'s window go: one file a turn, so a row measured
+        in turns keeps the profile of the turn it keeps (None without --profile)."""
+        if self.profiles is None:
+            return None
+        turn = f"-turn{self.turn}" if self.turn is not None else ""
+        return self.profiles / f"profile-{name}-{served.name}{turn}.folded"
 
     def meter(self, served: Served | None = None) -> Meter:
         """What the servers (only ``served``, if given: the others are "other"), the load clients and
@@ -208,8 +217,8 @@ class Stage:
             return
         recorders = []
         for served in self.servers:
-            if served.process is not None:
-                folded = self.profiles / f"profile-{name}-{served.name}.folded"
+            folded = self.profile_path(name, served)
+            if served.process is not None and folded is not None:
                 recorder = await profile.record(served.process.pid, seconds, folded)
                 if recorder is not None:
                     recorders.append((recorder, folded))
