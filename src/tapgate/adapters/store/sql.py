@@ -30,7 +30,7 @@ from tapgate.adapters.store.sql_base import Conn
 from tapgate.adapters.store.sql_calls import SqlApprovals, SqlIngests, SqlInvocations, SqlSessions
 from tapgate.adapters.store.sql_console import SqlConsoleSessions, SqlSignIns
 from tapgate.adapters.store.sql_devices import SqlDevices, SqlPairings, SqlPasskeys
-from tapgate.adapters.store.sql_journal import ChainHead, Notify, SqlEvents, SqlJournal
+from tapgate.adapters.store.sql_journal import ChainHead, KeptHeads, Notify, SqlEvents, SqlJournal
 from tapgate.adapters.store.sql_outbox import SqlOutbox
 from tapgate.adapters.store.sqlite import SqliteDatabase
 from tapgate.adapters.store.urls import engine_url
@@ -182,7 +182,7 @@ class _UnitOfWork:
                 inline = await store.sqlite.begin()
             except DBAPIError as e:
                 raise _storage_error(e) from e
-            self._uow = SqlUnitOfWork(inline, self._tenant_id, concurrent=False)
+            self._uow = SqlUnitOfWork(inline, self._tenant_id, concurrent=False, kept=store.sqlite.kept)
             return self._uow
         assert store.engine is not None and store._raw is not None
         try:
@@ -215,13 +215,20 @@ class _UnitOfWork:
     async def _end_on_sqlite(self, error: BaseException | None) -> None:
         sqlite = self._store.sqlite
         assert sqlite is not None
+        chain = self._uow.chain
         if error is None:
             try:
-                await self._uow.chain.before_commit()
+                await chain.before_commit()
             except BaseException:
+                chain.after_end(committed=False)
                 sqlite.end(commit=False)
                 raise
-        sqlite.end(commit=error is None)
+        committed = False
+        try:
+            sqlite.end(commit=error is None)
+            committed = error is None
+        finally:
+            chain.after_end(committed)
 
     async def _end_on_postgres(self, conn: PostgresConnection, error: BaseException | None) -> None:
         try:
@@ -326,10 +333,10 @@ class _Sealer:
 class SqlUnitOfWork:
     """One transaction's repositories, each made when first used (a request uses three or four of them)."""
 
-    def __init__(self, conn: Conn, tenant_id: str, concurrent: bool) -> None:
+    def __init__(self, conn: Conn, tenant_id: str, concurrent: bool, kept: KeptHeads | None = None) -> None:
         self.conn = conn
         self.tenant_id = tenant_id
-        self.chain = ChainHead(conn, tenant_id, concurrent)
+        self.chain = ChainHead(conn, tenant_id, concurrent, kept)
         self.keys: list[str] = []
         self.handed: dict[str, list[object]] = {}  # what hand(key, value) hands with each key
 

@@ -22,8 +22,9 @@ from sqlalchemy.engine import URL, Connection, Engine, NestedTransaction, Result
 from sqlalchemy.pool import StaticPool
 from sqlalchemy.sql.base import Executable
 
-from tapgate.adapters.store.counting import WROTE, count, ended
+from tapgate.adapters.store.counting import COUNTS, WROTE, count, ended
 from tapgate.adapters.store.raw import Rows
+from tapgate.adapters.store.sql_journal import KeptHeads
 from tapgate.adapters.store.sqlite_raw import SqliteStatements, on_driver
 
 
@@ -81,6 +82,12 @@ class SqliteDatabase:
         self._sync: SyncConnection | None = None  # over _conn: it keeps nothing of a unit of work's
         self._lock = asyncio.Lock()
         self._raw = SqliteStatements(self.engine.dialect)
+        self.kept = KeptHeads(self._data_version)  # the chain heads this connection committed
+
+    def _data_version(self) -> int:
+        assert self._sync is not None
+        COUNTS.statements += 1
+        return int(self._sync.driver.execute("PRAGMA data_version").fetchone()[0])
 
     def _connection(self) -> Connection:
         if self._conn is None or self._conn.closed:
@@ -114,6 +121,7 @@ class SqliteDatabase:
         conn = self._connection()
         if self._sync is None or self._sync.connection is not conn or conn.invalidated:
             self._sync = SyncConnection(conn, self._raw)  # a connection made again has a new driver
+            self.kept.forget()  # and data versions of its own
         return self._sync
 
     @contextlib.asynccontextmanager
