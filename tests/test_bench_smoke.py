@@ -308,6 +308,32 @@ def test_a_profiled_row_measured_in_turns_keeps_the_profile_and_parts_of_the_tur
     assert abs(sum(detail["parts"].values()) - 1) < 0.01
 
 
+def test_the_in_process_calls_run_through_the_gateway_and_say_what_the_store_counted() -> None:
+    """``tapgate.bench.calls``, what callgrind counts instructions over: the calls are real ones (two
+    writing transactions each, no more statements than this round left a call), and a bad count is
+    refused."""
+    run = subprocess.run(
+        [sys.executable, "-m", "tapgate.bench.calls", "--calls", "5"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    result = json.loads(run.stdout)
+    assert result["calls"] == 5 and result["cpu_us_per_call"] > 0
+    assert result["transactions_per_call"] == result["writing_per_call"] == 2.0
+    assert 0 < result["statements_per_call"] <= 10
+    refused = subprocess.run(
+        [sys.executable, "-m", "tapgate.bench.calls", "--calls", "0"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert refused.returncode == 2 and "--calls must be 1 or more" in refused.stderr
+
+
 def test_a_row_keeps_its_median_turn_and_a_row_no_turn_measured_stays_skipped() -> None:
     spec = BY_NAME["roundtrip-ws-sqlite"]
     rows = [Row(spec, value=v, detail={"n": n}) for n, v in enumerate((3.0, 9.0, 2.0))]
