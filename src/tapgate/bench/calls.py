@@ -6,8 +6,9 @@ agent's invoke, then the device's result — with no HTTP, no load clients and n
 warm-up and with the cycle collector off while they run. It prints one JSON line: the calls, the CPU time
 a call, and the transactions and statements a call the store counted.
 
-Timed, the figure moves with the host like every other. Counted in instructions it does not: under
-valgrind's callgrind two runs of the same code differ by under 1%, so a change of a few percent shows::
+Timed, the figure moves with the host like every other. Counted in instructions it hardly does: under
+valgrind's callgrind two runs of the same code differ by up to about 2% of the calls' instructions
+(SQLite's pages split where random ids fall), so a change of a few percent shows in two runs a side::
 
     valgrind --tool=callgrind --callgrind-out-file=/tmp/calls.out \\
         .venv/bin/python -m tapgate.bench.calls --calls 300   # prints "Collected : <instructions>"
