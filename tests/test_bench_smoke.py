@@ -303,9 +303,12 @@ def test_a_profiled_row_measured_in_turns_keeps_the_profile_and_parts_of_the_tur
     for turn in (1, 2):  # each turn's window sampled the row's server, and the floor's beside it
         assert len(list(tmp_path.glob(f"profile-{row}-*-turn{turn}.folded"))) == 2
     summary = tmp_path / detail["profile"]
-    assert "By part" in summary.read_text()
-    assert detail["parts"] == parts(summary.with_suffix(".folded"))
-    assert abs(sum(detail["parts"].values()) - 1) < 0.01
+    if "parts" in detail:
+        assert "By part" in summary.read_text()
+        assert detail["parts"] == parts(summary.with_suffix(".folded"))
+        assert abs(sum(detail["parts"].values()) - 1) < 0.01
+    else:  # on a busy machine py-spy may take no sample in a smoke run's two seconds: the summary says so
+        assert summary.read_text().startswith("No samples")
 
 
 def test_the_in_process_calls_run_through_the_gateway_and_say_what_the_store_counted() -> None:
