@@ -200,12 +200,14 @@ class _UnitOfWork:
                 await self._end_on_sqlite(error)
             else:
                 await self._end_on_postgres(self._postgres, error)
+                if error is None:
+                    self._committed()
         except DBAPIError as e:
             raise _storage_error(e) from e
-        if error is not None:
-            if isinstance(error, DBAPIError):
-                raise _storage_error(error) from error
-            return
+        if isinstance(error, DBAPIError):
+            raise _storage_error(error) from error
+
+    def _committed(self) -> None:
         if self._after:
             uow, store = self._uow, self._store
             if uow.chain.left_pending:  # committed without the chain's head: seal it soon
@@ -213,6 +215,9 @@ class _UnitOfWork:
             store.wake.committed(uow.keys, uow.handed)  # wake this process's waiters at once
 
     async def _end_on_sqlite(self, error: BaseException | None) -> None:
+        """Commit with the units of work that end close by (``sqlite.py``): this returns once the commit
+        is done, and the waiters on this unit of work's keys are woken then, even if its caller was
+        cancelled meanwhile."""
         sqlite = self._store.sqlite
         assert sqlite is not None
         chain = self._uow.chain
@@ -225,10 +230,12 @@ class _UnitOfWork:
                 raise
         committed = False
         try:
-            sqlite.end(commit=error is None)
+            waiting = sqlite.end(commit=error is None, after=self._committed)
             committed = error is None
         finally:
-            chain.after_end(committed)
+            chain.after_end(committed)  # a group whose commit fails forgets every head kept meanwhile
+        if waiting is not None:
+            await waiting
 
     async def _end_on_postgres(self, conn: PostgresConnection, error: BaseException | None) -> None:
         try:

@@ -7,13 +7,29 @@ Core, for the same statements as PostgreSQL, the hot ones compiled once and run 
 ``sqlite_raw.py``), serialises units of work with an asyncio lock, and runs them inline. A commit in
 WAL mode survives a killed process; only a power loss can drop the last transactions, which is what
 ``synchronous=NORMAL`` trades for speed.
+
+Units of work that end close together share one commit (group commit). A commit costs more than the
+statements of a unit of work around it — it writes every page the transaction changed to the WAL, and
+now and then a checkpoint — and under load most of those pages (a table's last leaf, an index's, the
+chain heads) are the same from one unit to the next. So a unit of work that wrote does not commit as it
+ends: it leaves the transaction open, and the commit runs once the units of work already waiting to run
+have had their turn (``loop.call_soon``). Waiting costs a turn of the event loop, which a unit of work
+with no company pays for nothing; so units of work wait while recent groups had company (until
+``PATIENCE`` groups in a row had none), and otherwise one in every ``PROBE`` does, to notice when load
+comes. Those begin inside it, each behind a savepoint, so that one that
+fails rolls back its own writes only. Every unit of work of the group, including one that only read what
+another had written, returns only once the commit is done, and fails if the commit fails: nothing is
+acknowledged, handed on or woken for before it is durable. The write lock is held from the group's
+``BEGIN IMMEDIATE`` to its commit, so another connection (a ``tapgate`` command) waits for the group, not
+for each unit of work.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+import sqlite3
+from collections.abc import AsyncIterator, Callable
 from types import TracebackType
 from typing import Any
 
@@ -25,7 +41,7 @@ from sqlalchemy.sql.base import Executable
 from tapgate.adapters.store.counting import COUNTS, WROTE, count, ended
 from tapgate.adapters.store.raw import Rows
 from tapgate.adapters.store.sql_journal import KeptHeads
-from tapgate.adapters.store.sqlite_raw import SqliteStatements, on_driver
+from tapgate.adapters.store.sqlite_raw import SqliteStatements, driver_error, on_driver
 
 
 class SyncConnection:
@@ -67,8 +83,47 @@ class _Savepoint:
             self._savepoint.rollback()
 
 
+class _Group:
+    """The units of work that ended in the open transaction: what waits for its commit, and what runs
+    once it is done."""
+
+    __slots__ = ("after", "waiting", "wrote")
+
+    def __init__(self) -> None:
+        self.waiting: list[asyncio.Future[None]] = []
+        self.after: list[Callable[[], None]] = []
+        self.wrote = False
+
+    def join(self, wrote: bool, after: Callable[[], None] | None) -> asyncio.Future[None]:
+        self.wrote |= wrote
+        if after is not None:
+            self.after.append(after)
+        waiting = asyncio.get_running_loop().create_future()
+        self.waiting.append(waiting)
+        return waiting
+
+    def committed(self) -> None:
+        for after in self.after:  # the wakes: run even for a unit of work whose caller was cancelled
+            after()
+        for waiting in self.waiting:
+            if not waiting.done():
+                waiting.set_result(None)
+
+    def failed(self, error: BaseException) -> None:
+        for waiting in self.waiting:
+            if not waiting.done():
+                waiting.set_exception(error)
+
+
+_SAVEPOINT = "tapgate_unit"
+
+
 class SqliteDatabase:
-    """The one connection, and the lock that gives it to one unit of work at a time."""
+    """The one connection, the lock that gives it to one unit of work at a time, and the group of units
+    of work waiting for the open transaction's commit."""
+
+    PROBE = 16  # with no company lately, one in this many units of work that wrote waits
+    PATIENCE = 8  # groups in a row without company before units of work stop waiting
 
     def __init__(self, url: URL) -> None:
         self.engine: Engine = create_engine(
@@ -83,11 +138,21 @@ class SqliteDatabase:
         self._lock = asyncio.Lock()
         self._raw = SqliteStatements(self.engine.dialect)
         self.kept = KeptHeads(self._data_version)  # the chain heads this connection committed
+        self._group: _Group | None = None  # units of work that ended in the open transaction
+        self._joined = False  # the unit of work running now began inside the group's transaction
+        self._version: int | None = None  # the data version read in the open transaction
+        self._flush_due = False  # the group's commit came due while a unit of work ran
+        self._company = 0  # groups without company to go before units of work stop waiting
+        self._alone = 0  # units of work that wrote and committed alone since
 
     def _data_version(self) -> int:
-        assert self._sync is not None
-        COUNTS.statements += 1
-        return int(self._sync.driver.execute("PRAGMA data_version").fetchone()[0])
+        """``PRAGMA data_version``, read once a transaction: the write lock is held throughout, so no
+        other connection can commit between a group's units of work."""
+        if self._version is None:
+            assert self._sync is not None
+            COUNTS.statements += 1
+            self._version = int(self._sync.driver.execute("PRAGMA data_version").fetchone()[0])
+        return self._version
 
     def _connection(self) -> Connection:
         if self._conn is None or self._conn.closed:
@@ -96,37 +161,107 @@ class SqliteDatabase:
 
     async def begin(self) -> SyncConnection:
         """Begin one unit of work, once the one before it has ended: ``BEGIN IMMEDIATE`` on the driver
-        itself. A statement that goes through SQLAlchemy joins the transaction (its own begin is
-        skipped), and SQLAlchemy then ends it. Every begin that returns is followed by one ``end``."""
+        itself, or a savepoint in the open transaction of a group. A statement that goes through
+        SQLAlchemy joins the transaction (its own begin is skipped), and SQLAlchemy then ends it. Every
+        begin that returns is followed by one ``end``."""
         await self._lock.acquire()
         try:
             inline = self._inline()
             driver = inline.driver
-            on_driver("BEGIN IMMEDIATE", lambda: driver.execute("BEGIN IMMEDIATE"))
+            self._joined = self._group is not None
+            if self._joined:
+                on_driver("SAVEPOINT", lambda: driver.execute(f"SAVEPOINT {_SAVEPOINT}"))
+            else:
+                on_driver("BEGIN IMMEDIATE", lambda: driver.execute("BEGIN IMMEDIATE"))
+                self._version = None
         except BaseException:
             self._lock.release()
             raise
         return inline
 
-    def end(self, commit: bool) -> None:
-        """Commit or roll back the unit of work begun last, and let the next one begin."""
+    def end(self, commit: bool, after: Callable[[], None] | None = None) -> asyncio.Future[None] | None:
+        """End the unit of work begun last and let the next one begin. Rolled back at once; committed
+        at once if it wrote nothing of its own in a transaction of its own (or through SQLAlchemy, which
+        commits what the group wrote with it), else with its group: then the future to await, done once
+        the commit is. ``after`` runs once it is committed (at once, or at the group's commit)."""
         try:
             inline = self._sync
             assert inline is not None, "end without begin"
-            _end(inline.connection, inline.driver, commit)
+            conn, driver = inline.connection, inline.driver
+            if self._joined:
+                return self._end_joined(conn, driver, commit, after)
+            if not commit or conn.in_transaction() or not conn.info.get(WROTE) or not self._waits():
+                _end(conn, driver, commit)
+                if commit and after is not None:
+                    after()
+                return None
+            self._group = _Group()
+            asyncio.get_running_loop().call_soon(self._flush)
+            return self._group.join(conn.info.pop(WROTE, False), after)
         finally:
             self._lock.release()
+            if self._flush_due:
+                self._flush()
+
+    def _waits(self) -> bool:
+        """Whether a unit of work that wrote, in a transaction of its own, leaves it open for a group."""
+        if self._company > 0:
+            return True
+        self._alone += 1
+        return self._alone % self.PROBE == 0
+
+    def _end_joined(
+        self, conn: Connection, driver: Any, commit: bool, after: Callable[[], None] | None
+    ) -> asyncio.Future[None] | None:
+        group = self._group
+        assert group is not None
+        if not commit:
+            on_driver("ROLLBACK TO", lambda: driver.execute(f"ROLLBACK TO {_SAVEPOINT}"))
+            conn.info.pop(WROTE, None)
+        on_driver("RELEASE", lambda: driver.execute(f"RELEASE {_SAVEPOINT}"))
+        waiting = group.join(conn.info.pop(WROTE, False), after if commit else None)
+        if conn.in_transaction():  # a statement through SQLAlchemy joined: commit the group with it
+            self._commit_group()
+        return waiting if commit else None
+
+    def _flush(self) -> None:
+        """The group's commit, once the units of work that were waiting to run have joined it."""
+        if self._lock.locked():  # a unit of work is running (it awaits something): it commits the group
+            self._flush_due = True
+            return
+        self._flush_due = False
+        if self._group is not None:
+            self._commit_group()
+
+    def _commit_group(self) -> None:
+        group, self._group = self._group, None
+        assert group is not None and self._sync is not None
+        self._company = self.PATIENCE if len(group.waiting) > 1 else max(self._company - 1, 0)
+        inline = self._sync
+        try:
+            _end(inline.connection, inline.driver, True, group.wrote)
+        except BaseException as e:
+            self.kept.forget()  # the heads its units of work kept were never committed
+            group.failed(e)
+            return
+        group.committed()
 
     def _inline(self) -> SyncConnection:
         conn = self._connection()
         if self._sync is None or self._sync.connection is not conn or conn.invalidated:
             self._sync = SyncConnection(conn, self._raw)  # a connection made again has a new driver
             self.kept.forget()  # and data versions of its own
+            group, self._group = self._group, None
+            if group is not None:  # its transaction went with the connection it was open on
+                group.failed(driver_error("COMMIT", sqlite3.OperationalError("the connection was lost")))
         return self._sync
 
     @contextlib.asynccontextmanager
     async def reading(self) -> AsyncIterator[SyncConnection]:
+        """The connection for a read outside any unit of work, once the open group has committed."""
         async with self._lock:
+            if self._group is not None:
+                self._commit_group()
             conn = self._connection()
             try:
                 yield self._inline()
@@ -135,6 +270,8 @@ class SqliteDatabase:
                     conn.rollback()
 
     def close(self) -> None:
+        if self._group is not None and not self._lock.locked():
+            self._commit_group()
         if self._conn is not None:
             self._conn.close()
         self.engine.dispose()
@@ -159,17 +296,31 @@ def _tune(engine: Engine) -> None:
             conn.exec_driver_sql("BEGIN IMMEDIATE")
 
 
-def _end(conn: Connection, driver: Any, commit: bool) -> None:
-    """Commit or roll back the unit of work, counted as SQLAlchemy's own ends are (``counting.py``)."""
+def _end(conn: Connection, driver: Any, commit: bool, wrote: bool = False) -> None:
+    """Commit or roll back the transaction, counted as SQLAlchemy's own ends are (``counting.py``); a
+    commit that fails is rolled back, so that the next transaction can begin. ``wrote``: a group's
+    units of work wrote."""
     if conn.in_transaction():  # a statement through SQLAlchemy joined it: SQLAlchemy ends it
+        if wrote:
+            conn.info[WROTE] = True
         if commit:
-            conn.commit()
+            try:
+                conn.commit()
+            except BaseException:
+                conn.rollback()
+                raise
         else:
             conn.rollback()
         return
-    wrote = conn.info.pop(WROTE, False)
+    wrote = conn.info.pop(WROTE, False) or wrote
     if commit:
-        on_driver("COMMIT", driver.commit)
+        try:
+            on_driver("COMMIT", driver.commit)
+        except BaseException:
+            if driver.in_transaction:
+                on_driver("ROLLBACK", driver.rollback)
+            ended(wrote=False)
+            raise
         ended(wrote=wrote)
     else:
         ended(wrote=False)
