@@ -288,3 +288,51 @@ async def _until(admin: asyncpg.Connection, check: str, seconds: float = 60.0) -
             return
         assert time.monotonic() < deadline, f"not true within {seconds:g} s: {check}"
         await asyncio.sleep(0.01)
+
+
+async def test_a_unit_of_work_cancelled_inside_a_commit_through_sqlalchemy_gives_its_connection_up(
+    postgres: PostgresDatabase,
+) -> None:
+    """A unit of work whose statement went through SQLAlchemy (the sealer's, an administrative write) is
+    ended by SQLAlchemy; cancelled while its COMMIT waits (here on a deferred unique check against
+    another's uncommitted row), SQLAlchemy has already closed its connection by the time the unit of work
+    gives it up, and giving it up again must neither warn nor fail (a server stopping while the sealer
+    commits)."""
+    admin = await asyncpg.connect(postgres.admin_url)
+    holder = await asyncpg.connect(postgres.admin_url)
+    store = open_sql_store(postgres.app_url, pool_size=2)
+    try:
+        await admin.execute("CREATE TABLE commit_waits (k int UNIQUE DEFERRABLE INITIALLY DEFERRED)")
+        await admin.execute(f'GRANT INSERT ON commit_waits TO "{postgres.role}"')
+        tenant = await _with_device(store)
+        holding = holder.transaction()
+        await holding.start()
+        await holder.execute("INSERT INTO commit_waits VALUES (1)")
+
+        async def committing() -> None:
+            async with store.unit_of_work(tenant) as uow:
+                await uow.conn.execute(text("INSERT INTO commit_waits VALUES (1)"))  # through SQLAlchemy
+
+        waiting = asyncio.create_task(committing())
+        await _until(
+            admin,
+            "SELECT count(*) > 0 FROM pg_stat_activity WHERE datname = current_database()"
+            " AND query = 'COMMIT' AND wait_event_type = 'Lock'",
+        )
+        waiting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+        await holding.rollback()
+        for _ in range(4):  # every connection of the pool, twice
+            async with store.unit_of_work(tenant) as uow:
+                await uow.journal.append(AuditRecord("after", "test"), datetime.now(UTC))
+        assert await verify_audit(store, tenant) == 4
+        await _until(
+            admin,
+            "SELECT count(*) = 0 FROM pg_stat_activity WHERE datname = current_database()"
+            " AND (state LIKE 'idle in transaction%' OR wait_event_type = 'Lock')",
+        )
+    finally:
+        await store.close()
+        await holder.close()
+        await admin.close()

@@ -98,7 +98,7 @@ class PostgresConnection:
         if self._conn is not None:
             with contextlib.suppress(Exception):
                 await self._conn.rollback()
-            if cancelled:
+            if cancelled and self._proxied.is_valid:  # SQLAlchemy may have closed it already
                 self._proxied.invalidate()
             return
         begun, self._adapted._transaction = self._adapted._transaction, None
