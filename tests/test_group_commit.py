@@ -136,3 +136,14 @@ async def test_the_wakes_of_a_unit_of_work_whose_caller_was_cancelled_go_out_wit
     assert f"call {CALLS - 1}" in committed(sqlite_url, tenant)  # it was committed all the same
     assert f"key {CALLS - 1}" in woken  # and those waiting on its key were woken
     assert sorted(k for k in woken if k is not None) == sorted(f"key {n}" for n in range(CALLS))
+
+
+async def test_closing_the_store_commits_the_group_that_waits(sqlite_url: str) -> None:
+    store = open_sql_store(sqlite_url)
+    tenant = await _world(store)
+    tasks = [asyncio.create_task(write(store, tenant, f"call {n}")) for n in range(CALLS)]
+    await asyncio.sleep(0)  # one turn of the loop: the last ones wait for their group's commit
+    assert not tasks[-1].done()
+    await store.close()  # a server stopping
+    await asyncio.gather(*tasks)
+    assert sorted(committed(sqlite_url, tenant)) == sorted(f"call {n}" for n in range(CALLS))

@@ -219,10 +219,10 @@ class SqliteDatabase:
             on_driver("ROLLBACK TO", lambda: driver.execute(f"ROLLBACK TO {_SAVEPOINT}"))
             conn.info.pop(WROTE, None)
         on_driver("RELEASE", lambda: driver.execute(f"RELEASE {_SAVEPOINT}"))
-        waiting = group.join(conn.info.pop(WROTE, False), after if commit else None)
+        waiting = group.join(conn.info.pop(WROTE, False), after) if commit else None
         if conn.in_transaction():  # a statement through SQLAlchemy joined: commit the group with it
             self._commit_group()
-        return waiting if commit else None
+        return waiting
 
     def _flush(self) -> None:
         """The group's commit, once the units of work that were waiting to run have joined it."""
@@ -270,8 +270,14 @@ class SqliteDatabase:
                     conn.rollback()
 
     def close(self) -> None:
-        if self._group is not None and not self._lock.locked():
+        """Close the connection, committing the open group first unless a unit of work is still running
+        in it (the store is closed under it): then every unit of work of the group fails."""
+        group = self._group
+        if group is not None and not self._lock.locked():
             self._commit_group()
+        elif group is not None:
+            self._group = None
+            group.failed(driver_error("COMMIT", sqlite3.OperationalError("the store was closed")))
         if self._conn is not None:
             self._conn.close()
         self.engine.dispose()
