@@ -313,8 +313,8 @@ def test_a_profiled_row_measured_in_turns_keeps_the_profile_and_parts_of_the_tur
 
 def test_the_in_process_calls_run_through_the_gateway_and_say_what_the_store_counted() -> None:
     """``tapgate.bench.calls``, what callgrind counts instructions over: the calls are real ones (two
-    writing transactions each, no more statements than this round left a call), and a bad count is
-    refused."""
+    writing transactions each, no more statements than this round left a call; fewer commits with calls
+    in flight at once), and a bad count is refused."""
     run = subprocess.run(
         [sys.executable, "-m", "tapgate.bench.calls", "--calls", "5"],
         capture_output=True,
@@ -335,6 +335,25 @@ def test_the_in_process_calls_run_through_the_gateway_and_say_what_the_store_cou
         check=False,
     )
     assert refused.returncode == 2 and "--calls must be 1 or more" in refused.stderr
+    at_once = subprocess.run(
+        [sys.executable, "-m", "tapgate.bench.calls", "--calls", "40", "--at-once", "20"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert at_once.returncode == 0, at_once.stdout + at_once.stderr
+    grouped = json.loads(at_once.stdout)
+    assert grouped["calls"] == 40 and grouped["at_once"] == 20
+    assert grouped["writing_per_call"] < 2.0  # SQLite's units of work shared commits
+    too_many = subprocess.run(
+        [sys.executable, "-m", "tapgate.bench.calls", "--calls", "5", "--at-once", "6"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert too_many.returncode == 2 and "--at-once must be from 1 to --calls" in too_many.stderr
 
 
 def test_a_row_keeps_its_median_turn_and_a_row_no_turn_measured_stays_skipped() -> None:
