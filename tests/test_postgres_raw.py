@@ -335,4 +335,5 @@ async def test_a_unit_of_work_cancelled_inside_a_commit_through_sqlalchemy_gives
     finally:
         await store.close()
         await holder.close()
+        await admin.execute("DROP TABLE IF EXISTS commit_waits")  # the database is the session's
         await admin.close()
