@@ -8,9 +8,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sqlite3
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Coroutine
+from typing import Any
 
 import pytest
+from sqlalchemy import text
 
 from tapgate.adapters.store.counting import COUNTS
 from tapgate.adapters.store.sql import SqlStore, open_sql_store
@@ -147,3 +149,39 @@ async def test_closing_the_store_commits_the_group_that_waits(sqlite_url: str) -
     await store.close()  # a server stopping
     await asyncio.gather(*tasks)
     assert sorted(committed(sqlite_url, tenant)) == sorted(f"call {n}" for n in range(CALLS))
+
+
+async def test_writes_through_sqlalchemy_in_a_group_commit_with_it_or_are_taken_back(
+    store: SqlStore, sqlite_url: str
+) -> None:
+    """A unit of work whose statements are not hot ones goes through SQLAlchemy, which then ends the
+    transaction itself: in a group its writes commit with the group's, and one that fails after them
+    takes back its own only."""
+    tenant = await _world(store)
+
+    async def renaming(name: str, fails: bool) -> None:
+        async with store.unit_of_work(tenant) as uow:
+            await uow.conn.execute(
+                text("UPDATE users SET display_name = :name WHERE tenant_id = :tenant"),
+                {"name": name, "tenant": tenant},
+            )
+            if fails:
+                raise RuntimeError("the use case failed")
+
+    def call(n: int) -> Coroutine[Any, Any, object]:
+        if n == 30:
+            return renaming("Ana Two", fails=False)
+        if n == 40:  # after it, in a group
+            return renaming("Nobody", fails=True)
+        return write(store, tenant, f"call {n}")  # journals, on hot statements
+
+    results = await asyncio.gather(*(call(n) for n in range(CALLS)), return_exceptions=True)
+    assert isinstance(results[40], RuntimeError)
+    assert not any(isinstance(r, BaseException) for n, r in enumerate(results) if n != 40)
+    journalled = [f"call {n}" for n in range(CALLS) if n not in (30, 40)]
+    assert sorted(committed(sqlite_url, tenant)) == sorted(journalled)
+    with contextlib.closing(sqlite3.connect(sqlite_url.removeprefix("sqlite:///"))) as other:
+        names = other.execute("SELECT display_name FROM users WHERE tenant_id = ?", (tenant,)).fetchall()
+    assert names == [("Ana Two",)]
+    await write(store, tenant, "after")
+    assert await verify_audit(store, tenant) == CALLS - 1
