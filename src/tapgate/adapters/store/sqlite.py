@@ -103,11 +103,13 @@ class _Group:
         return waiting
 
     def committed(self) -> None:
-        for after in self.after:  # the wakes: run even for a unit of work whose caller was cancelled
-            after()
-        for waiting in self.waiting:
-            if not waiting.done():
-                waiting.set_result(None)
+        try:
+            for after in self.after:  # the wakes: run even for a unit of work whose caller was cancelled
+                after()
+        finally:  # and whatever they do, the units of work return: their writes are committed
+            for waiting in self.waiting:
+                if not waiting.done():
+                    waiting.set_result(None)
 
     def failed(self, error: BaseException) -> None:
         for waiting in self.waiting:
