@@ -13,15 +13,16 @@ statements of a unit of work around it — it writes every page the transaction 
 now and then a checkpoint — and under load most of those pages (a table's last leaf, an index's, the
 chain heads) are the same from one unit to the next. So a unit of work that wrote does not commit as it
 ends: it leaves the transaction open, and the commit runs once the units of work already waiting to run
-have had their turn (``loop.call_soon``). Waiting costs a turn of the event loop, which a unit of work
-with no company pays for nothing; so units of work wait while recent groups had company (until
-``PATIENCE`` groups in a row had none), and otherwise one in every ``PROBE`` does, to notice when load
-comes. Those begin inside it, each behind a savepoint, so that one that
-fails rolls back its own writes only. Every unit of work of the group, including one that only read what
-another had written, returns only once the commit is done, and fails if the commit fails: nothing is
-acknowledged, handed on or woken for before it is durable. The write lock is held from the group's
-``BEGIN IMMEDIATE`` to its commit, so another connection (a ``tapgate`` command) waits for the group, not
-for each unit of work.
+have had their turn (``loop.call_soon``). Those begin inside the open transaction, each behind a
+savepoint, so that one that fails rolls back its own writes only. Every unit of work of the group,
+including one that only read what another had written, returns only once the commit is done, and fails
+if the commit fails: nothing is acknowledged, handed on or woken for before it is durable. The write lock
+is held from the group's ``BEGIN IMMEDIATE`` to its commit, so another connection (a ``tapgate`` command)
+waits for the group, not for each unit of work.
+
+Waiting costs a turn of the event loop, which a unit of work with no company pays for nothing; so units
+of work wait while recent groups had company (until ``PATIENCE`` groups in a row had none), and otherwise
+one in every ``PROBE`` does, to notice when load comes.
 """
 
 from __future__ import annotations
