@@ -14,6 +14,7 @@ from tapgate.bench.profile import parts, summarize
 from tapgate.bench.rows import BY_NAME, SPECS, Row, select
 from tapgate.bench.runner import median_turn, targets
 from tapgate.bench.scenarios import cpu_per_call
+from tests.conftest import ADMIN_URL, PostgresDatabase
 
 
 def test_the_smoke_run_measures_every_sqlite_row_and_skips_postgres_saying_why(tmp_path: Path) -> None:
@@ -354,6 +355,25 @@ def test_the_in_process_calls_run_through_the_gateway_and_say_what_the_store_cou
         check=False,
     )
     assert too_many.returncode == 2 and "--at-once must be from 1 to --calls" in too_many.stderr
+
+
+@pytest.mark.postgres
+def test_the_in_process_calls_run_on_postgresql_and_say_what_postgresql_spent(
+    postgres: PostgresDatabase,
+) -> None:
+    """``tapgate.bench.calls --postgres``: the same calls on a fresh PostgreSQL database it makes and
+    drops, with PostgreSQL's CPU a call beside the process's own."""
+    run = subprocess.run(
+        [sys.executable, "-m", "tapgate.bench.calls", "--calls", "5", "--postgres", ADMIN_URL],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    result = json.loads(run.stdout)
+    assert result["calls"] == 5 and result["postgres_cpu_us_per_call"] >= 0
+    assert result["writing_per_call"] == 2.0
 
 
 def test_a_row_keeps_its_median_turn_and_a_row_no_turn_measured_stays_skipped() -> None:

@@ -18,6 +18,7 @@ import pytest
 
 from tapgate.adapters.store.counting import COUNTS
 from tapgate.adapters.store.sql import SqlStore, open_sql_store
+from tapgate.adapters.store.sql_journal import _end_statement
 from tapgate.domain.audit import AuditRecord
 from tapgate.ports import Store, UnitOfWork
 from tapgate.services.journal import read_audit, verify_audit
@@ -204,3 +205,57 @@ async def test_the_sealer_seals_a_steady_stream_of_writes_in_batches_not_one_by_
     )
     assert await asyncio.wait_for(verify_audit(store, tenant), WAIT) == writes
     assert await events(store, tenant) == [(n + 1, f"w{n}") for n in range(writes)]
+
+
+async def test_every_shape_of_the_end_statement_writes_each_part_where_it_belongs(
+    store: SqlStore, postgres: PostgresDatabase
+) -> None:
+    """A PostgreSQL unit of work ends with one statement made of only the parts it has rows for
+    (``sql_journal._end_statement``). Every one of the 128 shapes (each part in or out, the notifications,
+    a held row) is run here with its places numbered as ``ChainHead`` fills them, in a transaction rolled
+    back: each table gets exactly its part's rows, the head moves only with its part, and the wake
+    notifications are sent only with theirs."""
+    tenant = await _world(store)
+    at = NOW
+    rows = {  # a part's values, in its places' order, and the table (and rows) it must reach
+        "audit": (
+            [[7], [at], ["a"], ["actor"], ["ok"], ["s"], [""], ["{}"], ["p" * 64], ["h" * 64]],
+            "audit_entries",
+        ),
+        "events": ([[3], ["ana"], ["e"], ["{}"], [at]], "events"),
+        "audit_left": (
+            [[at, at], ["a", "b"], ["x", "y"], ["ok", "ok"], ["s", "s"], ["", ""], ["{}", "{}"]],
+            "audit_pending",
+        ),
+        "events_left": ([["ana"], ["e"], ["{}"], [at]], "events_pending"),
+        "head": ([41, "z" * 64, 43], None),
+    }
+    held_sql = "INSERT INTO users (tenant_id, user_id, display_name, created_at) VALUES ($1, $2, $3, $4)"
+    conn = await asyncpg.connect(postgres.app_url, timeout=5)
+    try:
+        for shape in range(2 ** len(rows) * 4):
+            parts = tuple(name for n, name in enumerate(rows) if shape >> n & 1)
+            notify, held = bool(shape >> len(rows) & 1), bool(shape >> (len(rows) + 1) & 1)
+            values: list[object] = [tenant] if parts else []
+            for name in parts:
+                values += rows[name][0]
+            values += ["tapgate_shapes", f"{shape}:", ["k"]] if notify else []
+            values += [tenant, f"held-{shape}", "Held", at] if held else []
+            sql = _end_statement(parts, notify, held_sql if held else None)
+            tr = conn.transaction()
+            await tr.start()
+            try:
+                await conn.execute("SELECT set_config('app.tenant_id', $1, true)", tenant)
+                assert await conn.fetchval(sql, *values) == (1 if notify else 0)
+                for name, (value, table) in rows.items():
+                    if table is not None:
+                        found = await conn.fetchval(f"SELECT count(*) FROM {table}")
+                        assert found == (len(value[0]) if name in parts else 0), (parts, table)
+                head = await conn.fetchrow("SELECT seq, hash, event_seq FROM audit_heads")
+                assert (head is not None and tuple(head) == (41, "z" * 64, 43)) == ("head" in parts), parts
+                users = await conn.fetchval("SELECT count(*) FROM users WHERE user_id = $1", f"held-{shape}")
+                assert users == int(held), parts
+            finally:
+                await tr.rollback()
+    finally:
+        await conn.close()

@@ -17,17 +17,23 @@ valgrind's callgrind two runs of the same code differ by up to about 2% of the c
 
 Compare the totals of two runs with the same ``--calls`` (the setup is the same in both), or divide the
 difference between 300 and 100 calls by 200 for the instructions a call (about 2.1 million on SQLite).
+
+``--postgres ADMIN_URL`` runs the calls on a fresh PostgreSQL database and app role instead (made through
+that superuser URL as the bench makes its own, dropped after), and adds PostgreSQL's CPU a call: every
+PostgreSQL process's, as the bench meters it, so run it on an otherwise quiet server.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import gc
 import json
 import sys
 import tempfile
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import httpx
@@ -36,7 +42,8 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from tapgate.adapters.store.counting import COUNTS
 from tapgate.adapters.store.migrate import migrate
 from tapgate.bench import seed
-from tapgate.bench.servers import BENCH_SETTINGS
+from tapgate.bench.meter import cpu_by_process, postgres_processes
+from tapgate.bench.servers import BENCH_SETTINGS, postgres_database
 from tapgate.bootstrap import build_app
 from tapgate.config import Settings
 from tapgate.domain.frames import DeviceResult
@@ -45,11 +52,23 @@ from tapgate.services.invoking import Call
 WARM_UP = 50
 
 
-async def measure(calls: int, folder: Path, at_once: int = 1) -> dict[str, float]:
-    """``calls`` calls through the gateway on a fresh SQLite database in ``folder``, ``at_once`` of them
-    in flight."""
+@contextlib.asynccontextmanager
+async def database(folder: Path, postgres_admin: str | None) -> AsyncIterator[str]:
+    """A fresh SQLite database in ``folder``, or a fresh PostgreSQL database made through
+    ``postgres_admin``, migrated; yields its URL."""
+    if postgres_admin is not None:
+        async with postgres_database(postgres_admin) as url:
+            yield url
+        return
     url = f"sqlite:///{folder / 'tapgate.db'}"
     await migrate(url)
+    yield url
+
+
+async def measure(calls: int, url: str, at_once: int = 1) -> dict[str, float]:
+    """``calls`` calls through the gateway on the migrated database at ``url``, ``at_once`` of them in
+    flight."""
+    postgres = not url.startswith("sqlite")
     tenant = await seed.new_tenant(url)
     app = build_app(Settings.model_validate({"database_url": url, **BENCH_SETTINGS}))
     gateway = app.state.gateway
@@ -82,32 +101,51 @@ async def measure(calls: int, folder: Path, at_once: int = 1) -> dict[str, float
         gc.collect()
         gc.disable()  # a collection lands on whichever call allocates past its threshold
         try:
+            server_before = cpu_by_process(postgres_processes()) if postgres else {}
             before = COUNTS.as_dict()
             started = time.process_time()
             await run(calls)
             cpu = time.process_time() - started
             after = COUNTS.as_dict()
+            server_after = cpu_by_process(postgres_processes()) if postgres else {}
         finally:
             gc.enable()
+    server = {"postgres_cpu_us_per_call": round(_used(server_before, server_after) / calls * 1e6, 1)}
     return {
         "calls": calls,
         "at_once": at_once,
         "cpu_us_per_call": round(cpu / calls * 1e6, 1),
+        **(server if postgres else {}),
         **{f"{key}_per_call": round((after[key] - before[key]) / calls, 2) for key in after},
     }
+
+
+def _used(before: dict[int, float], after: dict[int, float]) -> float:
+    """CPU seconds the processes used between two readings (one that started between counts whole)."""
+    return sum(max(0.0, seconds - before.get(pid, 0.0)) for pid, seconds in after.items())
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--calls", type=int, default=300, help="calls to run after the warm-up")
     parser.add_argument("--at-once", type=int, default=1, help="calls in flight at once")
+    parser.add_argument(
+        "--postgres",
+        metavar="ADMIN_URL",
+        help="run on a fresh PostgreSQL database made through this superuser URL",
+    )
     args = parser.parse_args(argv)
     if args.calls < 1:
         parser.error("--calls must be 1 or more")
     if not 1 <= args.at_once <= args.calls:
         parser.error("--at-once must be from 1 to --calls")
+
+    async def run(folder: Path) -> dict[str, float]:
+        async with database(folder, args.postgres) as url:
+            return await measure(args.calls, url, args.at_once)
+
     with tempfile.TemporaryDirectory(prefix="tapgate-calls-") as folder:
-        result = asyncio.run(measure(args.calls, Path(folder), args.at_once))
+        result = asyncio.run(run(Path(folder)))
     sys.stdout.write(json.dumps(result) + "\n")
 
 
