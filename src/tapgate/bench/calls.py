@@ -4,7 +4,8 @@
 token and a lamp (through the HTTP API, in process), then runs N calls through the gateway itself — the
 agent's invoke, then the device's result — with no HTTP, no load clients and no other process, after a
 warm-up and with the cycle collector off while they run. It prints one JSON line: the calls, the CPU time
-a call, and the transactions and statements a call the store counted. ``--at-once N`` keeps N calls in
+a call (the process's, and the event loop's thread's alone), the wall time a call, and the transactions
+and statements a call the store counted. ``--at-once N`` keeps N calls in
 flight (each of N tasks runs its share one after another), so that SQLite's units of work share commits
 as they do under load; the default, 1, runs them one at a time.
 
@@ -103,9 +104,10 @@ async def measure(calls: int, url: str, at_once: int = 1) -> dict[str, float]:
         try:
             server_before = cpu_by_process(postgres_processes()) if postgres else {}
             before = COUNTS.as_dict()
-            started = time.process_time()
+            started, loop_started, wall_started = time.process_time(), time.thread_time(), time.perf_counter()
             await run(calls)
             cpu = time.process_time() - started
+            loop_cpu, wall = time.thread_time() - loop_started, time.perf_counter() - wall_started
             after = COUNTS.as_dict()
             server_after = cpu_by_process(postgres_processes()) if postgres else {}
         finally:
@@ -115,6 +117,8 @@ async def measure(calls: int, url: str, at_once: int = 1) -> dict[str, float]:
         "calls": calls,
         "at_once": at_once,
         "cpu_us_per_call": round(cpu / calls * 1e6, 1),
+        "loop_cpu_us_per_call": round(loop_cpu / calls * 1e6, 1),
+        "wall_us_per_call": round(wall / calls * 1e6, 1),
         **(server if postgres else {}),
         **{f"{key}_per_call": round((after[key] - before[key]) / calls, 2) for key in after},
     }

@@ -23,13 +23,24 @@ waits for the group, not for each unit of work.
 Waiting costs a turn of the event loop, which a unit of work with no company pays for nothing; so units
 of work wait while recent groups had company (until ``PATIENCE`` groups in a row had none), and otherwise
 one in every ``PROBE`` does, to notice when load comes.
+
+The WAL's checkpoints run on a thread of their own (``Checkpointer``), not in a commit. SQLite's own
+checkpoint runs in whichever commit takes the WAL past a thousand pages: it copies the pages into the
+database file and waits for the disk twice, on the event loop's thread, stalling every link and request
+of the process meanwhile (a commit in a hundred took milliseconds, and those held more than half of all
+commit time). Here the connection on the loop never checkpoints; a thread with a connection of its own
+runs a passive checkpoint (one that never blocks a writer) shortly after commits came, with the GIL
+released while SQLite works. What a commit promises is unchanged: in WAL mode a commit is in the WAL
+file, which a checkpoint syncs before it copies.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import sqlite3
+import threading
 from collections.abc import AsyncIterator, Callable
 from types import TracebackType
 from typing import Any
@@ -43,6 +54,8 @@ from tapgate.adapters.store.counting import COUNTS, WROTE, count, ended
 from tapgate.adapters.store.raw import Rows
 from tapgate.adapters.store.sql_journal import KeptHeads
 from tapgate.adapters.store.sqlite_raw import SqliteStatements, driver_error, on_driver
+
+log = logging.getLogger(__name__)
 
 
 class SyncConnection:
@@ -121,6 +134,63 @@ class _Group:
 _SAVEPOINT = "tapgate_unit"
 
 
+class Checkpointer:
+    """Checkpoints the WAL of the database at ``path`` on a thread of its own, shortly after commits:
+    ``committed`` wakes it (a flag, when it is awake already), it waits ``GATHER`` seconds for more
+    commits to come, and runs one passive checkpoint for all of them. The thread starts with the first
+    commit and sleeps while nothing commits."""
+
+    GATHER = 0.05  # seconds: at most twenty checkpoints a second under load, each of what came meanwhile
+
+    def __init__(self, path: str) -> None:
+        self._path = path
+        self._due = threading.Event()
+        self._closing = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.runs = 0  # checkpoints run
+
+    def committed(self) -> None:
+        """A commit on the loop's connection: checkpoint soon."""
+        if self._due.is_set():
+            return
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="tapgate-sqlite-checkpoint", daemon=True)
+            self._thread.start()
+        self._due.set()
+
+    def close(self) -> None:
+        """Stop the thread, after the checkpoint it may be running; the loop's connection, closed after
+        it as the last one, checkpoints what is left."""
+        self._closing.set()
+        self._due.set()
+        if self._thread is not None:
+            self._thread.join()
+
+    def _run(self) -> None:
+        try:
+            db = sqlite3.connect(self._path, timeout=30, isolation_level=None)
+        except sqlite3.Error as e:  # the database opened on the loop: not seen, but then say so
+            log.error("the SQLite checkpoint thread could not open the database (%s)", type(e).__name__)
+            return
+        try:
+            db.execute("PRAGMA synchronous=NORMAL")
+            while True:
+                self._due.wait()
+                if self._closing.wait(self.GATHER):  # the next moment's commits join this checkpoint
+                    return
+                self._due.clear()
+                try:
+                    db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+                except sqlite3.Error as e:  # the next commit tries again; the WAL grows meanwhile
+                    log.warning(
+                        "a SQLite checkpoint failed (%s); the next commit asks again",
+                        type(e).__name__,
+                    )
+                self.runs += 1
+        finally:
+            db.close()
+
+
 class SqliteDatabase:
     """The one connection, the lock that gives it to one unit of work at a time, and the group of units
     of work waiting for the open transaction's commit."""
@@ -129,12 +199,15 @@ class SqliteDatabase:
     PATIENCE = 8  # groups in a row without company before units of work stop waiting
 
     def __init__(self, url: URL) -> None:
+        path = url.database or ""
+        # A database in memory has no WAL; one on disk is checkpointed on a thread of its own.
+        self.checkpointer = Checkpointer(path) if path and path != ":memory:" else None
         self.engine: Engine = create_engine(
             url.set(drivername="sqlite+pysqlite"),
             poolclass=StaticPool,
             connect_args={"timeout": 30, "check_same_thread": False},
         )
-        _tune(self.engine)
+        _tune(self.engine, checkpoints=self.checkpointer is None)
         count(self.engine)
         self._conn: Connection | None = None
         self._sync: SyncConnection | None = None  # over _conn: it keeps nothing of a unit of work's
@@ -195,8 +268,10 @@ class SqliteDatabase:
                 return self._end_joined(conn, driver, commit, after)
             if not commit or conn.in_transaction() or not conn.info.get(WROTE) or not self._waits():
                 _end(conn, driver, commit)
-                if commit and after is not None:
-                    after()
+                if commit:
+                    self._committed()
+                    if after is not None:
+                        after()
                 return None
             self._group = _Group()
             asyncio.get_running_loop().call_soon(self._flush)
@@ -247,7 +322,12 @@ class SqliteDatabase:
             self.kept.forget()  # the heads its units of work kept were never committed
             group.failed(e)
             return
+        self._committed()
         group.committed()
+
+    def _committed(self) -> None:
+        if self.checkpointer is not None:
+            self.checkpointer.committed()
 
     def _inline(self) -> SyncConnection:
         conn = self._connection()
@@ -281,12 +361,16 @@ class SqliteDatabase:
         elif group is not None:
             self._group = None
             group.failed(driver_error("COMMIT", sqlite3.OperationalError("the store was closed")))
+        if self.checkpointer is not None:
+            self.checkpointer.close()
         if self._conn is not None:
             self._conn.close()
         self.engine.dispose()
 
 
-def _tune(engine: Engine) -> None:
+def _tune(engine: Engine, checkpoints: bool) -> None:
+    """``checkpoints``: the connection checkpoints the WAL itself (else a ``Checkpointer`` does)."""
+
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_conn: Any, _record: Any) -> None:
         # SQLAlchemy's "begin" event issues BEGIN IMMEDIATE instead of pysqlite's deferred BEGIN, so a
@@ -297,6 +381,8 @@ def _tune(engine: Engine) -> None:
         cursor.execute("PRAGMA synchronous=NORMAL")
         cursor.execute("PRAGMA foreign_keys=ON")
         cursor.execute("PRAGMA busy_timeout=30000")
+        if not checkpoints:
+            cursor.execute("PRAGMA wal_autocheckpoint=0")
         cursor.close()
 
     @event.listens_for(engine, "begin")
