@@ -164,7 +164,9 @@ class Checkpointer:
         self._closing.set()
         self._due.set()
         if self._thread is not None:
-            self._thread.join()
+            self._thread.join(timeout=30)  # a checkpoint is milliseconds; a disk that hangs is not ours
+            if self._thread.is_alive():
+                log.warning("the SQLite checkpoint thread did not stop within 30 s; closing without it")
 
     def _run(self) -> None:
         try:
@@ -174,11 +176,11 @@ class Checkpointer:
             return
         try:
             db.execute("PRAGMA synchronous=NORMAL")
-            while True:
+            while not self._closing.is_set():  # a close that came during a checkpoint ends it here
                 self._due.wait()
                 if self._closing.wait(self.GATHER):  # the next moment's commits join this checkpoint
                     return
-                self._due.clear()
+                self._due.clear()  # after the wait: a close may have set it already (see the loop)
                 try:
                     db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
                 except sqlite3.Error as e:  # the next commit tries again; the WAL grows meanwhile
