@@ -167,6 +167,28 @@ def test_a_hot_statement_that_names_a_row_by_its_key_searches_by_it_and_none_sca
     assert named >= 8  # the calls' reads and writes by id among them
 
 
+def test_a_hot_statement_that_names_its_tenant_searches_only_that_tenants_rows(sqlite_url: str) -> None:
+    """Every search of a hot statement that names its tenant goes by an index that begins with the
+    tenant: none reads other tenants' rows to find its own. (The count of a person's calls waiting for
+    them to confirm searched by status alone: every tenant's open calls, on every call that asks.)"""
+    path = sqlite_url.removeprefix("sqlite:///")
+    dialect = sqlite.dialect(paramstyle="qmark")
+    with contextlib.closing(sqlite3.connect(path)) as connection:
+        for name in STATEMENTS:
+            sql = re.sub(
+                r"\(__\[POSTCOMPILE_\w+\]\)",
+                "(" + ", ".join("?" * 10) + ")",
+                str(getattr(q, name).compile(dialect=dialect)),
+            )
+            if "tenant_id = ?" not in sql:
+                continue
+            plan = [
+                row[3] for row in connection.execute(f"EXPLAIN QUERY PLAN {sql}", [None] * sql.count("?"))
+            ]
+            searches = [step for step in plan if step.startswith("SEARCH ")]
+            assert searches and all("(tenant_id=?" in step for step in searches), (name, plan)
+
+
 @pytest.mark.parametrize("name", STATEMENTS)
 async def test_a_hot_statement_answers_on_the_driver_what_it_answers_through_sqlalchemy(
     sqlite_url: str, name: str

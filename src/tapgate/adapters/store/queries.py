@@ -174,8 +174,14 @@ ANSWER_WITH_PRESENCE = ANSWER.returning(
     _of_its_device(_dev.link_until, "device_link_until"),
     _of_its_device(_dev.push_kind, "device_push_kind"),
 )
+# The person's calls that wait for them to confirm on a device, counted through their devices: by the
+# calls' index of device and status, the person's own pending calls only. (Asked by status alone, SQLite
+# took the index of every tenant's open calls, and counted through all of them.)
 COUNT_CONFIRMING = select(func.count()).where(
     _inv.tenant_id == _tenant,
+    _inv.device_uid.in_(
+        select(_dev.device_uid).where(_dev.tenant_id == _tenant, _dev.user_id == bindparam("user"))
+    ),
     _inv.user_id == bindparam("user"),
     _inv.status == Status.PENDING.value,
     _inv.capability.in_(CONFIRMED_ON_DEVICE),
