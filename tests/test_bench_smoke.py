@@ -312,17 +312,22 @@ def test_a_profiled_row_measured_in_turns_keeps_the_profile_and_parts_of_the_tur
         assert summary.read_text().startswith("No samples")
 
 
+def _calls(*args: str, timeout: int = 300) -> subprocess.CompletedProcess[str]:
+    """``python -m tapgate.bench.calls`` with ``args``, as a user runs it."""
+    return subprocess.run(
+        [sys.executable, "-m", "tapgate.bench.calls", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
 def test_the_in_process_calls_run_through_the_gateway_and_say_what_the_store_counted() -> None:
     """``tapgate.bench.calls``, what callgrind counts instructions over: the calls are real ones (two
     writing transactions each, no more statements than this round left a call; fewer commits with calls
     in flight at once), and a bad count is refused."""
-    run = subprocess.run(
-        [sys.executable, "-m", "tapgate.bench.calls", "--calls", "40"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    run = _calls("--calls", "40")
     assert run.returncode == 0, run.stdout + run.stderr
     result = json.loads(run.stdout)
     assert result["calls"] == 40 and result["cpu_us_per_call"] > 0
@@ -332,32 +337,14 @@ def test_the_in_process_calls_run_through_the_gateway_and_say_what_the_store_cou
     # second: a read of the tenants and one of the tenant's overdue calls) fell in it.
     assert 2.0 <= result["transactions_per_call"] <= 2.0 + 2 / 40
     assert 0 < result["statements_per_call"] <= 10 + 2 / 40
-    refused = subprocess.run(
-        [sys.executable, "-m", "tapgate.bench.calls", "--calls", "0"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    refused = _calls("--calls", "0", timeout=60)
     assert refused.returncode == 2 and "--calls must be 1 or more" in refused.stderr
-    at_once = subprocess.run(
-        [sys.executable, "-m", "tapgate.bench.calls", "--calls", "40", "--at-once", "20"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    at_once = _calls("--calls", "40", "--at-once", "20")
     assert at_once.returncode == 0, at_once.stdout + at_once.stderr
     grouped = json.loads(at_once.stdout)
     assert grouped["calls"] == 40 and grouped["at_once"] == 20
     assert grouped["writing_per_call"] < 2.0  # SQLite's units of work shared commits
-    too_many = subprocess.run(
-        [sys.executable, "-m", "tapgate.bench.calls", "--calls", "5", "--at-once", "6"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    too_many = _calls("--calls", "5", "--at-once", "6", timeout=60)
     assert too_many.returncode == 2 and "--at-once must be from 1 to --calls" in too_many.stderr
 
 
@@ -367,13 +354,7 @@ def test_the_in_process_calls_run_on_postgresql_and_say_what_postgresql_spent(
 ) -> None:
     """``tapgate.bench.calls --postgres``: the same calls on a fresh PostgreSQL database it makes and
     drops, with PostgreSQL's CPU a call beside the process's own."""
-    run = subprocess.run(
-        [sys.executable, "-m", "tapgate.bench.calls", "--calls", "5", "--postgres", ADMIN_URL],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    run = _calls("--calls", "5", "--postgres", ADMIN_URL)
     assert run.returncode == 0, run.stdout + run.stderr
     result = json.loads(run.stdout)
     assert result["calls"] == 5 and result["postgres_cpu_us_per_call"] >= 0
