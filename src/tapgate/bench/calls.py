@@ -4,10 +4,10 @@
 token and a lamp (through the HTTP API, in process), then runs N calls through the gateway itself — the
 agent's invoke, then the device's result — with no HTTP, no load clients and no other process, after a
 warm-up and with the cycle collector off while they run. It prints one JSON line: the calls, the CPU time
-a call (the process's, and the event loop's thread's alone), the wall time a call, and the transactions
-and statements a call the store counted. ``--at-once N`` keeps N calls in
-flight (each of N tasks runs its share one after another), so that SQLite's units of work share commits
-as they do under load; the default, 1, runs them one at a time.
+a call (the process's, and the event loop's thread's alone), the wall time a call, the transactions
+and statements a call the store counted, and on SQLite the size of the WAL file at the end.
+``--at-once N`` keeps N calls in flight (each of N tasks runs its share one after another), so that
+SQLite's units of work share commits as they do under load; the default, 1, runs them one at a time.
 
 Timed, the figure moves with the host like every other. Counted in instructions it hardly does: under
 valgrind's callgrind two runs of the same code differ by up to about 2% of the calls' instructions
@@ -112,6 +112,7 @@ async def measure(calls: int, url: str, at_once: int = 1) -> dict[str, float]:
             server_after = cpu_by_process(postgres_processes()) if postgres else {}
         finally:
             gc.enable()
+        wal = _wal_mib(url)
     server = {"postgres_cpu_us_per_call": round(_used(server_before, server_after) / calls * 1e6, 1)}
     return {
         "calls": calls,
@@ -119,9 +120,15 @@ async def measure(calls: int, url: str, at_once: int = 1) -> dict[str, float]:
         "cpu_us_per_call": round(cpu / calls * 1e6, 1),
         "loop_cpu_us_per_call": round(loop_cpu / calls * 1e6, 1),
         "wall_us_per_call": round(wall / calls * 1e6, 1),
-        **(server if postgres else {}),
+        **(server if postgres else {"wal_mib": wal}),
         **{f"{key}_per_call": round((after[key] - before[key]) / calls, 2) for key in after},
     }
+
+
+def _wal_mib(url: str) -> float:
+    """The size of a SQLite database's WAL file, in MiB (0 for PostgreSQL's or none)."""
+    wal = Path(f"{url.removeprefix('sqlite:///')}-wal")
+    return round(wal.stat().st_size / 2**20, 1) if url.startswith("sqlite") and wal.exists() else 0.0
 
 
 def _used(before: dict[int, float], after: dict[int, float]) -> float:

@@ -31,7 +31,10 @@ of the process meanwhile (a commit in a hundred took milliseconds, and those hel
 commit time). Here the connection on the loop never checkpoints; a thread with a connection of its own
 runs a passive checkpoint (one that never blocks a writer) shortly after commits came, with the GIL
 released while SQLite works. What a commit promises is unchanged: in WAL mode a commit is in the WAL
-file, which a checkpoint syncs before it copies.
+file, which a checkpoint syncs before it copies. Under steady load a passive checkpoint never copies
+everything, and SQLite starts the WAL over only when a transaction begins with everything copied; so past
+a size the next unit of work first copies what the thread's last checkpoint left
+(``Checkpointer.catch_up``).
 """
 
 from __future__ import annotations
@@ -134,20 +137,36 @@ class _Group:
 _SAVEPOINT = "tapgate_unit"
 
 
+# Bytes of a WAL file kept when the WAL starts over: one that grew past it (while another connection
+# read an old snapshot, say) is cut back to it.
+WAL_KEPT = 64 * 2**20
+
+
 class Checkpointer:
     """Checkpoints the WAL of the database at ``path`` on a thread of its own, shortly after commits:
     ``committed`` wakes it (a flag, when it is awake already), it waits ``GATHER`` seconds for more
     commits to come, and runs one passive checkpoint for all of them. The thread starts with the first
-    commit and sleeps while nothing commits."""
+    commit and sleeps while nothing commits.
+
+    A passive checkpoint never waits for the writer, so under steady load it always ends a few commits
+    behind it; and SQLite starts the WAL over only when a transaction begins with every frame copied.
+    Once a checkpoint finds the WAL past ``restart`` frames, ``restart_due`` asks the store to
+    ``catch_up`` before its next transaction: it checkpoints what is left (the commits since the last
+    pass) on the loop's connection, and the transaction writes from the WAL's start."""
 
     GATHER = 0.05  # seconds: at most twenty checkpoints a second under load, each of what came meanwhile
+    RESTART = 4000  # frames (16 MiB of 4 KiB pages) before the WAL is caught up with and starts over
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, restart: int = RESTART, gather: float = GATHER) -> None:
         self._path = path
-        self._due = threading.Event()
+        self._restart = restart
+        self._gather = gather
+        self._due = threading.Event()  # commits came since the last checkpoint
         self._closing = threading.Event()
         self._thread: threading.Thread | None = None
         self.runs = 0  # checkpoints run
+        self.restarts = 0  # catch-ups run
+        self.restart_due = False  # the WAL is long: catch up before the next transaction begins
 
     def committed(self) -> None:
         """A commit on the loop's connection: checkpoint soon."""
@@ -157,6 +176,19 @@ class Checkpointer:
             self._thread = threading.Thread(target=self._run, name="tapgate-sqlite-checkpoint", daemon=True)
             self._thread.start()
         self._due.set()
+
+    def catch_up(self, driver: sqlite3.Connection) -> None:
+        """Checkpoint, on the loop's own connection ``driver`` with no transaction open, what the
+        thread's last pass left (the commits since): the loop's next transaction then finds every frame
+        copied and writes from the WAL's start. Run inline, not handed to the thread: the thread waits
+        for the GIL while the loop is busy, and units of work that queued on the store's lock meanwhile
+        would each commit alone."""
+        self.restart_due = False
+        self.restarts += 1
+        try:
+            driver.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+        except sqlite3.Error as e:  # the thread's next pass asks again
+            log.warning("a SQLite checkpoint failed (%s); the next commit asks again", type(e).__name__)
 
     def close(self) -> None:
         """Stop the thread, after the checkpoint it may be running; the loop's connection, closed after
@@ -178,19 +210,23 @@ class Checkpointer:
             db.execute("PRAGMA synchronous=NORMAL")
             while not self._closing.is_set():  # a close that came during a checkpoint ends it here
                 self._due.wait()
-                if self._closing.wait(self.GATHER):  # the next moment's commits join this checkpoint
+                if self._closing.wait(self._gather):  # the next moment's commits join this checkpoint
                     return
                 self._due.clear()  # after the wait: a close may have set it already (see the loop)
-                try:
-                    db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
-                except sqlite3.Error as e:  # the next commit tries again; the WAL grows meanwhile
-                    log.warning(
-                        "a SQLite checkpoint failed (%s); the next commit asks again",
-                        type(e).__name__,
-                    )
-                self.runs += 1
+                if self._checkpoint(db) >= self._restart:
+                    self.restart_due = True
         finally:
             db.close()
+
+    def _checkpoint(self, db: sqlite3.Connection) -> int:
+        """One passive checkpoint; the frames the WAL holds (0 if it failed)."""
+        self.runs += 1
+        try:
+            _busy, frames, _copied = db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+        except sqlite3.Error as e:  # the next commit tries again; the WAL grows meanwhile
+            log.warning("a SQLite checkpoint failed (%s); the next commit asks again", type(e).__name__)
+            return 0
+        return int(frames)
 
 
 class SqliteDatabase:
@@ -246,6 +282,8 @@ class SqliteDatabase:
         try:
             inline = self._inline()
             driver = inline.driver
+            if self._group is None and self.checkpointer is not None and self.checkpointer.restart_due:
+                self.checkpointer.catch_up(driver)  # no transaction is open: the next starts the WAL over
             self._joined = self._group is not None
             if self._joined:
                 on_driver("SAVEPOINT", lambda: driver.execute(f"SAVEPOINT {_SAVEPOINT}"))
@@ -383,6 +421,7 @@ def _tune(engine: Engine, checkpoints: bool) -> None:
         cursor.execute("PRAGMA synchronous=NORMAL")
         cursor.execute("PRAGMA foreign_keys=ON")
         cursor.execute("PRAGMA busy_timeout=30000")
+        cursor.execute(f"PRAGMA journal_size_limit={WAL_KEPT}")
         if not checkpoints:
             cursor.execute("PRAGMA wal_autocheckpoint=0")
         cursor.close()
