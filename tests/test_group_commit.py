@@ -185,3 +185,30 @@ async def test_writes_through_sqlalchemy_in_a_group_commit_with_it_or_are_taken_
     assert names == [("Ana Two",)]
     await write(store, tenant, "after")
     assert await verify_audit(store, tenant) == CALLS - 1
+
+
+async def test_units_of_work_queued_on_the_store_join_the_open_group(store: SqlStore) -> None:
+    """A unit of work that awaits something that suspends keeps the store to itself meanwhile, and the
+    units of work that come then queue for it. Each of those resumes a turn of the loop after the one
+    before it let go, so a group's commit scheduled for the next turn would run alone every time, and the
+    queue, fed by each caller's next unit of work, would never drain. Units of work queued on the store
+    join the open group instead: group commit holds while they queue, and after."""
+    tenant = await _world(store)
+    workers, each = 32, 10
+
+    async def suspending() -> None:
+        async with store.unit_of_work(tenant) as uow:
+            await uow.journal.append(AuditRecord("suspended", "test"), NOW)
+            await asyncio.sleep(0)  # what no unit of work of the gateway's does: the others queue
+
+    async def worker(n: int) -> None:
+        for k in range(each):
+            if n == 0 and k == 0:
+                await suspending()
+            else:
+                await write(store, tenant, f"call {n}.{k}")
+
+    before = COUNTS.writing
+    await asyncio.gather(*(worker(n) for n in range(workers)))
+    assert COUNTS.writing - before < workers * each / 4  # most of them shared a commit
+    assert await verify_audit(store, tenant) == workers * each

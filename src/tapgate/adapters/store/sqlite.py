@@ -13,7 +13,9 @@ statements of a unit of work around it — it writes every page the transaction 
 now and then a checkpoint — and under load most of those pages (a table's last leaf, an index's, the
 chain heads) are the same from one unit to the next. So a unit of work that wrote does not commit as it
 ends: it leaves the transaction open, and the commit runs once the units of work already waiting to run
-have had their turn (``loop.call_soon``). Those begin inside the open transaction, each behind a
+have had their turn (``loop.call_soon``), and those queued for the store's lock too (one queued there
+resumes a turn after the lock is let go, so a commit scheduled meanwhile would run without it; up to
+``MOST`` a group). Those begin inside the open transaction, each behind a
 savepoint, so that one that fails rolls back its own writes only. Every unit of work of the group,
 including one that only read what another had written, returns only once the commit is done, and fails
 if the commit fails: nothing is acknowledged, handed on or woken for before it is durable. The write lock
@@ -110,6 +112,10 @@ class _Group:
         self.waiting: list[asyncio.Future[None]] = []
         self.after: list[Callable[[], None]] = []
         self.wrote = False
+
+    @property
+    def size(self) -> int:
+        return len(self.waiting)
 
     def join(self, wrote: bool, after: Callable[[], None] | None) -> asyncio.Future[None]:
         self.wrote |= wrote
@@ -235,6 +241,7 @@ class SqliteDatabase:
 
     PROBE = 16  # with no company lately, one in this many units of work that wrote waits
     PATIENCE = 8  # groups in a row without company before units of work stop waiting
+    MOST = 64  # units of work in a group before it commits though more are queued for the store
 
     def __init__(self, url: URL) -> None:
         path = url.database or ""
@@ -255,7 +262,8 @@ class SqliteDatabase:
         self._group: _Group | None = None  # units of work that ended in the open transaction
         self._joined = False  # the unit of work running now began inside the group's transaction
         self._version: int | None = None  # the data version read in the open transaction
-        self._flush_due = False  # the group's commit came due while a unit of work ran
+        self._flush_due = False  # the group's commit came due while a unit of work ran or others queued
+        self._queued = 0  # units of work waiting for the lock
         self._company = 0  # groups without company to go before units of work stop waiting
         self._alone = 0  # units of work that wrote and committed alone since
 
@@ -278,7 +286,13 @@ class SqliteDatabase:
         itself, or a savepoint in the open transaction of a group. A statement that goes through
         SQLAlchemy joins the transaction (its own begin is skipped), and SQLAlchemy then ends it. Every
         begin that returns is followed by one ``end``."""
-        await self._lock.acquire()
+        self._queued += 1
+        try:
+            await self._lock.acquire()
+        finally:
+            self._queued -= 1
+            if self._flush_due and not self._lock.locked():  # cancelled while queued, and the last
+                self._flush()
         try:
             inline = self._inline()
             driver = inline.driver
@@ -291,7 +305,7 @@ class SqliteDatabase:
                 on_driver("BEGIN IMMEDIATE", lambda: driver.execute("BEGIN IMMEDIATE"))
                 self._version = None
         except BaseException:
-            self._lock.release()
+            self._release()
             raise
         return inline
 
@@ -317,13 +331,16 @@ class SqliteDatabase:
             asyncio.get_running_loop().call_soon(self._flush)
             return self._group.join(conn.info.pop(WROTE, False), after)
         finally:
-            self._lock.release()
-            if self._flush_due:
-                self._flush()
+            self._release()
+
+    def _release(self) -> None:
+        self._lock.release()
+        if self._flush_due:
+            self._flush()
 
     def _waits(self) -> bool:
         """Whether a unit of work that wrote, in a transaction of its own, leaves it open for a group."""
-        if self._company > 0:
+        if self._company > 0 or self._queued:
             return True
         self._alone += 1
         return self._alone % self.PROBE == 0
@@ -344,7 +361,10 @@ class SqliteDatabase:
 
     def _flush(self) -> None:
         """The group's commit, once the units of work that were waiting to run have joined it."""
-        if self._lock.locked():  # a unit of work is running (it awaits something): it commits the group
+        if self._lock.locked() or (self._queued and self._group is not None and self._group.size < self.MOST):
+            # A unit of work is running (it awaits something), or others are queued for the store: the
+            # last of them to end commits the group. A unit of work queued on the lock resumes a turn
+            # after it was let go, when a commit scheduled meanwhile would have run without it.
             self._flush_due = True
             return
         self._flush_due = False
