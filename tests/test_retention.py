@@ -8,8 +8,10 @@ from pathlib import Path
 import httpx
 
 from tapgate.adapters.clock import FrozenClock
+from tapgate.domain.events import INGEST_MESSAGE
 from tapgate.domain.push import OutboxItem, OutboxStatus
 from tapgate.services import events
+from tapgate.services.retention import RetentionSweeper
 from tests.live import tapgate
 from tests.world import LAMP, World, bearer, device_body
 
@@ -143,3 +145,34 @@ async def test_a_notice_held_for_a_device_without_push_is_let_go_after_its_life(
     let_go = await row()
     assert let_go.status is OutboxStatus.SKIPPED and let_go.data == {}
     assert (await gateway.prune()).notices == 0
+
+
+async def test_each_round_of_the_sweeper_looks_at_the_events_after_where_the_last_round_ended(
+    device_api: httpx.AsyncClient, clock: FrozenClock
+) -> None:
+    world = await World(device_api).start()
+    await world.person("ana")
+    phone = await world.enrol("ana", device_body("ana-phone", [{"name": "sms_send"}], grants=["sms_send"]))
+    gateway = device_api.app.state.gateway  # type: ignore[attr-defined]
+
+    async def forward(body: str) -> int:
+        sms = {"channel": "sms", "sender": "+15550001111", "body": body, "received_at": "2026-01-01T08:00Z"}
+        r = await device_api.post("/v1/device/ingest", json=sms, headers=bearer(phone))
+        assert r.status_code == 202, r.text
+        async with gateway.store.unit_of_work(world.tenant) as uow:
+            return max(e.seq for e in await uow.events.read("ana", 0, 100))
+
+    sweeper = RetentionSweeper(gateway.ctx)
+    first_message = await forward(SECRET_WORDS)
+    clock.advance(31 * 86_400)
+    assert (await sweeper.sweep()).events == 1  # the first round of a process looks at every event
+    assert sweeper.events_through[world.tenant] >= first_message
+    second_message = await forward("later words")
+    assert (await sweeper.sweep()).events == 0  # not old yet: the round ends before it
+    assert sweeper.events_through[world.tenant] < second_message
+    clock.advance(31 * 86_400)
+    assert (await sweeper.sweep()).events == 1
+    assert sweeper.events_through[world.tenant] >= second_message
+    async with gateway.store.unit_of_work(world.tenant) as uow:
+        messages = [e for e in await uow.events.read("ana", 0, 100) if e.type == INGEST_MESSAGE]
+    assert [(e.data["body"], e.data["erased"]) for e in messages] == [("", True), ("", True)]

@@ -345,9 +345,13 @@ class Events(Protocol):
 
     async def read(self, user_id: str, after: int, limit: int) -> Sequence[Event]: ...
 
-    async def erase_bodies(self, type: str, fields: Sequence[str], before: datetime) -> int:
-        """Retention: empty ``fields`` of the events of ``type`` older than ``before`` (each keeps an
-        ``erased: true``); the events stay. Returns how many changed."""
+    async def erase_bodies(
+        self, type: str, fields: Sequence[str], before: datetime, after: int = 0
+    ) -> tuple[int, int]:
+        """Retention: empty ``fields`` of the events of ``type`` made before ``before`` (each keeps an
+        ``erased: true``); the events stay. Only events numbered after ``after`` are looked at. Returns
+        how many changed, and the number up to which every event was made before ``before``: passed as
+        ``after`` to the next round, it keeps that round's search to what became old since."""
 
 
 class Journal(Protocol):

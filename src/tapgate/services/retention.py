@@ -3,13 +3,18 @@ erased: forwarded SMS bodies (and their senders), the arguments of ``sms_send`` 
 calls (on the call, and on the approval that showed them), and every result text. Rows, argument
 digests, receipts and the audit journal stay, so what happened can still be told and verified; what was
 said cannot. A notice held for a device with no push target is let go once ``notice_life_seconds`` pass
-(its row finished, its payload dropped): no later link sends it."""
+(its row finished, its payload dropped): no later link sends it.
+
+Events are numbered in commit order, so the sweeper remembers, tenant by tenant, the number up to which
+every event was old at its last round (``Pruned.events_through``): each later round looks only at the
+events after it, what became old since. The first round of a process looks at the whole history."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from datetime import timedelta
 
 from tapgate import tasks
@@ -19,6 +24,7 @@ from tapgate.services.context import Context
 
 log = logging.getLogger(__name__)
 TEXT_CAPABILITIES = ("sms_send", PHONE_ACTIONS)
+FIELDS = ("body", "sender")  # what a forwarded message holds of what was said, and by whom
 EVERY_SECONDS = 3600.0
 
 
@@ -27,23 +33,28 @@ class Pruned:
     invocations: int = 0
     events: int = 0
     notices: int = 0
+    events_through: Mapping[str, int] = field(default_factory=dict)  # by tenant: all old up to here
 
 
-async def prune(ctx: Context) -> Pruned:
-    """Erase every body older than the retention period now, tenant by tenant."""
+async def prune(ctx: Context, events_after: Mapping[str, int] | None = None) -> Pruned:
+    """Erase every body older than the retention period now, tenant by tenant; ``events_after`` (by
+    tenant, an earlier round's ``events_through``) keeps the search of events to those numbered after."""
     now = ctx.clock.now()
     before = now - timedelta(days=ctx.limits.retention_days)
     notices_before = now - timedelta(seconds=ctx.limits.notice_life_seconds)
     invocations = events = notices = 0
+    through: dict[str, int] = {}
     for tenant_id in await ctx.store.tenant_ids():
+        after = (events_after or {}).get(tenant_id, 0)
         async with ctx.store.unit_of_work(tenant_id) as uow:
             # Events first: erasing them may wait for the tenant's chain head (sealing what is pending),
             # and must not wait while this transaction holds rows a writer holding the head may need.
-            events += await uow.events.erase_bodies(INGEST_MESSAGE, ("body", "sender"), before)
+            erased, through[tenant_id] = await uow.events.erase_bodies(INGEST_MESSAGE, FIELDS, before, after)
+            events += erased
             invocations += await uow.invocations.erase_texts(before, TEXT_CAPABILITIES)
             invocations += await uow.approvals.erase_texts(before, TEXT_CAPABILITIES)
             notices += await uow.outbox.expire_held(notices_before)
-    return Pruned(invocations, events, notices)
+    return Pruned(invocations, events, notices, through)
 
 
 class RetentionSweeper:
@@ -53,6 +64,7 @@ class RetentionSweeper:
         self._ctx = ctx
         self._every = every
         self._task: asyncio.Task[None] | None = None
+        self.events_through: Mapping[str, int] = {}  # by tenant, from the last round
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="tapgate-retention")
@@ -60,10 +72,16 @@ class RetentionSweeper:
     async def close(self) -> None:
         await tasks.stop(self._task)
 
+    async def sweep(self) -> Pruned:
+        """One round: erase what became older than the retention period since the last one."""
+        pruned = await prune(self._ctx, self.events_through)
+        self.events_through = pruned.events_through
+        return pruned
+
     async def _run(self) -> None:
         while True:
             try:
-                pruned = await prune(self._ctx)
+                pruned = await self.sweep()
                 if pruned.invocations or pruned.events or pruned.notices:
                     log.info(
                         "erased old bodies",

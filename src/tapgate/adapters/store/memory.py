@@ -512,15 +512,19 @@ class _Events(_Repo):
         events = self.state.events.get(self.tenant_id, [])
         return [e for e in events[after:] if e.user_id == user_id][:limit]
 
-    async def erase_bodies(self, type: str, fields: Sequence[str], before: datetime) -> int:
+    async def erase_bodies(
+        self, type: str, fields: Sequence[str], before: datetime, after: int = 0
+    ) -> tuple[int, int]:
         events = self.state.events.get(self.tenant_id, [])
+        young = next((e.seq for e in events[after:] if e.created_at >= before), None)
+        through = max(after, len(events)) if young is None else young - 1
         changed = 0
-        for n, e in enumerate(events):
+        for n, e in enumerate(events[after:through], start=after):
             if e.type == type and e.created_at < before and not e.data.get("erased"):
                 data = {**e.data, **dict.fromkeys(fields, ""), "erased": True}
                 events[n] = replace(e, data=data)
                 changed += 1
-        return changed
+        return changed, through
 
 
 _PUSHED = (OutboxStatus.QUEUED, OutboxStatus.SENT)

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import func, or_, select, update
+from sqlalchemy import and_, case, func, or_, select, update
 from sqlalchemy.exc import IntegrityError
 
 from tapgate.adapters.store import queries as q
@@ -139,18 +139,18 @@ def _invocation(r: Any) -> Invocation:
 class SqlInvocations(Repo):
     async def erase_texts(self, before: datetime, capabilities: Sequence[str]) -> int:
         c = t.invocations.c
-        old = (c.tenant_id == self.tenant_id, c.created_at < before, c.status.notin_(list(OPEN)))
-        arguments = await self.conn.execute(
+        texts = c.capability.in_(list(capabilities))  # calls whose arguments hold a message
+        result = await self.conn.execute(
             update(t.invocations)
-            .where(*old, c.capability.in_(list(capabilities)), c.arguments != "{}")
-            .values(arguments="{}")
+            .where(
+                c.tenant_id == self.tenant_id,
+                c.created_at < before,
+                c.status.notin_(list(OPEN)),
+                or_(and_(texts, c.arguments != "{}"), c.message.is_not(None), c.late_message.is_not(None)),
+            )
+            .values(arguments=case((texts, "{}"), else_=c.arguments), message=None, late_message=None)
         )
-        texts = await self.conn.execute(
-            update(t.invocations)
-            .where(*old, or_(c.message.is_not(None), c.late_message.is_not(None)))
-            .values(message=None, late_message=None)
-        )
-        return int(arguments.rowcount or 0) + int(texts.rowcount or 0)
+        return int(result.rowcount or 0)
 
     async def add(self, invocation: Invocation) -> None:
         i = invocation

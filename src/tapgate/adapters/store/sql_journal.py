@@ -30,7 +30,7 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, NamedTuple
 
-from sqlalchemy import bindparam, delete, select, update
+from sqlalchemy import bindparam, delete, func, select, update
 
 from tapgate.adapters.store import queries as q
 from tapgate.adapters.store import tables as t
@@ -408,26 +408,60 @@ class ChainRepo(Repo):
         self.chain = chain
 
 
+# What an erased event's text holds: ``append`` and ``erase_bodies`` write JSON with sorted keys and the
+# default separators, and inside a string value a quote is always escaped, so no body can hold it.
+_ERASED = '%"erased": true%'
+
+
+def first_made_from(tenant_id: str, after: int, before: datetime) -> Any:
+    """The number of the first event after ``after`` made from ``before`` on: events are numbered in
+    commit order, so every event before it is older, and the search stops where it is found."""
+    c = t.events.c
+    later = select(c.seq).where(c.tenant_id == tenant_id, c.seq > after, c.created_at >= before)
+    return later.order_by(c.seq).limit(1)
+
+
+def events_to_erase(tenant_id: str, type: str, before: datetime, after: int, through: int) -> Any:
+    """The events of ``type`` numbered after ``after`` up to ``through``, made before ``before``, whose
+    fields are not erased yet: a search along the events' key."""
+    c = t.events.c
+    return select(c.seq, c.data).where(
+        c.tenant_id == tenant_id,
+        c.seq > after,
+        c.seq <= through,
+        c.type == type,
+        c.created_at < before,
+        c.data.not_like(_ERASED),
+    )
+
+
 class SqlEvents(ChainRepo):
-    async def erase_bodies(self, type: str, fields: Sequence[str], before: datetime) -> int:
+    async def erase_bodies(
+        self, type: str, fields: Sequence[str], before: datetime, after: int = 0
+    ) -> tuple[int, int]:
         await self.chain.sealed()
         c = t.events.c
-        rows = await self.conn.execute(
-            select(c.seq, c.data).where(c.tenant_id == self.tenant_id, c.type == type, c.created_at < before)
-        )
-        changed = 0
-        for row in rows.all():
+        # The search reads what became old since the round that ended at ``after``, not the tenant's
+        # whole history: up to the first event made from ``before`` on, or to the last one.
+        young = await self.conn.scalar(first_made_from(self.tenant_id, after, before))
+        if young is not None:
+            through = young - 1
+        else:
+            last = await self.conn.scalar(select(func.max(c.seq)).where(c.tenant_id == self.tenant_id))
+            through = max(after, last or 0)
+        if through == after:
+            return 0, after
+        found = await self.conn.execute(events_to_erase(self.tenant_id, type, before, after, through))
+        rows = found.all()
+        for row in rows:
             data = json.loads(row.data)
-            if data.get("erased"):
-                continue
             data.update(dict.fromkeys(fields, ""), erased=True)
             await self.conn.execute(
                 update(t.events)
                 .where(c.tenant_id == self.tenant_id, c.seq == row.seq)
                 .values(data=json.dumps(data, sort_keys=True))
             )
-            changed += 1
-        return changed
+        return len(rows), int(through)
 
     async def append(self, user_id: str, type: str, data: Mapping[str, EventValue], at: datetime) -> None:
         text = json.dumps(dict(data), sort_keys=True)
