@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import re
+import typing
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 
+from tapgate import ports
 from tapgate.adapters.clock import FrozenClock
 from tapgate.domain.accounts import Credential, Tenant, User
 from tapgate.domain.audit import AuditRecord, verify_chain
@@ -205,3 +209,89 @@ async def test_a_revoked_device_id_is_remembered_but_no_longer_live(store: Store
         assert await uow.devices.get("ana", "desk-lamp") is None
         assert await uow.devices.ever("ana", "desk-lamp")
         assert not await uow.devices.ever("bob", "desk-lamp")
+
+
+async def test_a_unit_of_work_wakes_its_keys_waiters_once_it_commits_and_never_when_it_fails(
+    store: Store,
+) -> None:
+    a = await _tenant(store)
+    wake = store.wake  # type: ignore[attr-defined]  # this process's waiters, as the gateway's are
+
+    async def fail_midway() -> None:
+        async with store.unit_of_work(a) as uow:
+            uow.notify("k")
+            await uow.users.add(User(a, "bob", "Bob", NOW))
+            raise RuntimeError("stop before commit")
+
+    with wake.subscribe("k") as woken, wake.subscribe("other") as elsewhere:
+        with pytest.raises(RuntimeError):
+            await fail_midway()
+        assert not woken.is_set()
+        async with store.unit_of_work(a) as uow:
+            uow.notify("k")
+            await uow.users.add(User(a, "ana", "Ana", NOW))
+            assert not woken.is_set()  # not before the commit
+        await asyncio.wait_for(woken.wait(), 30)
+        assert not elsewhere.is_set()
+        async with store.unit_of_work(a) as uow:  # what woke it is there to read
+            assert await uow.users.get("ana") is not None
+
+
+async def test_a_unit_of_work_hands_what_it_wrote_to_the_waiters_that_take_it_once_it_commits(
+    store: Store,
+) -> None:
+    a = await _tenant(store)
+    wake = store.wake  # type: ignore[attr-defined]
+    taken = asyncio.Event()
+
+    async def fail_midway() -> None:
+        async with store.unit_of_work(a) as uow:
+            uow.hand("k", "lost")
+            raise RuntimeError("stop before commit")
+
+    with wake.subscribe("k", swept=False, also=taken) as link, wake.subscribe("k") as plain:
+        with pytest.raises(RuntimeError):
+            await fail_midway()
+        assert not link.is_set()
+        async with store.unit_of_work(a) as uow:
+            await uow.users.add(User(a, "ana", "Ana", NOW))
+            uow.hand("k", "one")
+            uow.hand("k", "two")
+            assert not link.is_set()
+        await asyncio.wait_for(taken.wait(), 30)
+        assert wake.handed(link) == ["one", "two"]
+        assert plain.is_set() and wake.handed(plain) is None  # a waiter without ``also`` reads
+
+
+async def test_a_store_answers_a_ping_while_open_and_closes(store: Store) -> None:
+    await store.ping()
+    await _tenant(store)
+    await store.close()  # the fixture closes it again: closing twice is harmless
+
+
+# The contract's reach
+
+
+def test_every_method_of_the_store_and_its_repositories_has_a_contract_test() -> None:
+    """The store, its units of work and each repository they hold (``ports.UnitOfWork``) are called,
+    method by method, by the contract tests that run on all three stores: a new method comes with its
+    test."""
+    contract = "".join(
+        path.read_text(encoding="utf-8")
+        for path in Path(__file__).parent.glob("test_*.py")
+        if path.name.startswith(("test_store_contract", "test_outbox_store", "test_passkey_store"))
+    )
+
+    def methods(port: type) -> list[str]:
+        return [m for m in vars(port) if not m.startswith("_") and callable(getattr(port, m))]
+
+    untested = [f"store.{m}" for m in methods(ports.Store) if not re.search(rf"\bstore\.{m}\(", contract)]
+    untested += [f"uow.{m}" for m in methods(ports.UnitOfWork) if not re.search(rf"\buow\.{m}\(", contract)]
+    for name, member in vars(ports.UnitOfWork).items():
+        if not isinstance(member, property) or name == "tenant_id":
+            continue
+        repository = typing.get_type_hints(member.fget, vars(ports))["return"]
+        untested += [
+            f"{name}.{m}" for m in methods(repository) if not re.search(rf"\.{name}\.{m}\b", contract)
+        ]
+    assert untested == []

@@ -6,10 +6,8 @@ from __future__ import annotations
 
 import re
 import sqlite3
-import typing
 from dataclasses import replace
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
 import asyncpg
@@ -17,7 +15,6 @@ import pytest
 from sqlalchemy.dialects.postgresql.asyncpg import dialect as postgres_dialect
 from sqlalchemy.dialects.sqlite import dialect as sqlite_dialect
 
-from tapgate import ports
 from tapgate.adapters.store.sql_journal import events_to_erase, first_made_from
 from tapgate.domain.events import INGEST_MESSAGE
 from tapgate.domain.inbox import erased_preview
@@ -204,24 +201,3 @@ async def test_on_postgresql_the_search_for_what_became_old_goes_along_the_event
     assert re.search(r"Index (Only )?Scan using \w*events\w* on events", plan), plan
     assert re.search(r"Index Cond: .*tenant_id.*seq > ", plan), plan
     assert "Sort" not in plan, plan
-
-
-# The contract's reach
-
-
-def test_every_method_of_every_repository_has_a_contract_test() -> None:
-    """Each repository a unit of work holds (``ports.UnitOfWork``) is called, method by method, by the
-    contract tests that run on all three stores: a new method comes with its test."""
-    contract = "".join(
-        path.read_text(encoding="utf-8")
-        for path in Path(__file__).parent.glob("test_*.py")
-        if path.name.startswith(("test_store_contract", "test_outbox_store", "test_passkey_store"))
-    )
-    untested = []
-    for name, member in vars(ports.UnitOfWork).items():
-        if not isinstance(member, property) or name == "tenant_id":
-            continue
-        repository = typing.get_type_hints(member.fget, vars(ports))["return"]
-        methods = [m for m in vars(repository) if not m.startswith("_") and callable(getattr(repository, m))]
-        untested += [f"{name}.{m}" for m in methods if not re.search(rf"\.{name}\.{m}\b", contract)]
-    assert untested == []
