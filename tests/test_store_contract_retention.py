@@ -78,18 +78,24 @@ async def test_messages_erased_after_a_number_are_those_numbered_after_it_in_the
     assert [erased for _, _, erased in await _bodies(store, other)] == [False] * 4  # its own tenant's
 
 
-async def test_the_number_returned_never_passes_an_event_made_from_the_bound_on(store: Store) -> None:
-    """A clock set back stamps a later event older than an earlier one: it is erased once every event
-    before it is old, never skipped."""
+async def test_an_old_message_numbered_after_a_young_one_is_erased_by_a_whole_round_or_later_never_skipped(
+    store: Store,
+) -> None:
+    """A clock set forward and back stamps a later message older than an earlier one. A round over every
+    event erases it at once; a round from a number waits for the younger one to be old, and never
+    passes it."""
     tenant = await _world(store)
     async with store.unit_of_work(tenant) as uow:
         for at in (0, 20, 1):
             await uow.events.append("ana", INGEST_MESSAGE, _message(f"at {at}"), _at(at))
     async with store.unit_of_work(tenant) as uow:
-        assert await uow.events.erase_bodies(INGEST_MESSAGE, FIELDS, _at(10)) == (1, 1)
+        assert await uow.events.erase_bodies(INGEST_MESSAGE, FIELDS, _at(10)) == (2, 1)
+        await uow.events.append("ana", INGEST_MESSAGE, _message("at 2"), _at(2))
+    assert [erased for _, _, erased in await _bodies(store, tenant)] == [True, False, True, False]
+    async with store.unit_of_work(tenant) as uow:
         assert await uow.events.erase_bodies(INGEST_MESSAGE, FIELDS, _at(10), after=1) == (0, 1)
-        assert await uow.events.erase_bodies(INGEST_MESSAGE, FIELDS, _at(21), after=1) == (2, 3)
-    assert [erased for _, _, erased in await _bodies(store, tenant)] == [True, True, True]
+        assert await uow.events.erase_bodies(INGEST_MESSAGE, FIELDS, _at(21), after=1) == (2, 4)
+    assert [erased for _, _, erased in await _bodies(store, tenant)] == [True, True, True, True]
 
 
 async def test_call_texts_of_resolved_calls_made_before_the_bound_are_erased_and_each_row_counts_once(

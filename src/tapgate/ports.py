@@ -346,12 +346,13 @@ class Events(Protocol):
     async def read(self, user_id: str, after: int, limit: int) -> Sequence[Event]: ...
 
     async def erase_bodies(
-        self, type: str, fields: Sequence[str], before: datetime, after: int = 0
+        self, type: str, fields: Sequence[str], before: datetime, after: int | None = None
     ) -> tuple[int, int]:
         """Retention: empty ``fields`` of the events of ``type`` made before ``before`` (each keeps an
-        ``erased: true``); the events stay. Only events numbered after ``after`` are looked at. Returns
-        how many changed, and the number up to which every event was made before ``before``: passed as
-        ``after`` to the next round, it keeps that round's search to what became old since."""
+        ``erased: true``); the events stay. Returns how many changed, and the number up to which every
+        event was made before ``before``. Passed back as ``after`` to the next round, that number keeps
+        its search to what was numbered since and is old by then; without ``after``, every event of the
+        tenant is looked at (made before ``before`` in any order, as after a clock set wrong)."""
 
 
 class Journal(Protocol):

@@ -7,7 +7,9 @@ said cannot. A notice held for a device with no push target is let go once ``not
 
 Events are numbered in commit order, so the sweeper remembers, tenant by tenant, the number up to which
 every event was old at its last round (``Pruned.events_through``): each later round looks only at the
-events after it, what became old since. The first round of a process looks at the whole history."""
+events after it, up to the first that is not old yet. The first round of a process, and ``tapgate
+prune``, look at every event, so a message stamped old but numbered after a younger one (a clock set
+forward and back) waits at most until then, or until that younger one is old."""
 
 from __future__ import annotations
 
@@ -45,7 +47,7 @@ async def prune(ctx: Context, events_after: Mapping[str, int] | None = None) -> 
     invocations = events = notices = 0
     through: dict[str, int] = {}
     for tenant_id in await ctx.store.tenant_ids():
-        after = (events_after or {}).get(tenant_id, 0)
+        after = (events_after or {}).get(tenant_id)
         async with ctx.store.unit_of_work(tenant_id) as uow:
             # Events first: erasing them may wait for the tenant's chain head (sealing what is pending),
             # and must not wait while this transaction holds rows a writer holding the head may need.

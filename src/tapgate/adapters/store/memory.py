@@ -513,13 +513,14 @@ class _Events(_Repo):
         return [e for e in events[after:] if e.user_id == user_id][:limit]
 
     async def erase_bodies(
-        self, type: str, fields: Sequence[str], before: datetime, after: int = 0
+        self, type: str, fields: Sequence[str], before: datetime, after: int | None = None
     ) -> tuple[int, int]:
         events = self.state.events.get(self.tenant_id, [])
-        young = next((e.seq for e in events[after:] if e.created_at >= before), None)
-        through = max(after, len(events)) if young is None else young - 1
+        start = after or 0
+        young = next((e.seq for e in events[start:] if e.created_at >= before), None)
+        through = max(start, len(events)) if young is None else young - 1
         changed = 0
-        for n, e in enumerate(events[after:through], start=after):
+        for n, e in enumerate(events[start : len(events) if after is None else through], start=start):
             if e.type == type and e.created_at < before and not e.data.get("erased"):
                 data = {**e.data, **dict.fromkeys(fields, ""), "erased": True}
                 events[n] = replace(e, data=data)

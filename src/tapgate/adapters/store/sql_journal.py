@@ -421,37 +421,39 @@ def first_made_from(tenant_id: str, after: int, before: datetime) -> Any:
     return later.order_by(c.seq).limit(1)
 
 
-def events_to_erase(tenant_id: str, type: str, before: datetime, after: int, through: int) -> Any:
-    """The events of ``type`` numbered after ``after`` up to ``through``, made before ``before``, whose
-    fields are not erased yet: a search along the events' key."""
+def events_to_erase(tenant_id: str, type: str, before: datetime, after: int, through: int | None) -> Any:
+    """The events of ``type`` numbered after ``after`` (and up to ``through``), made before ``before``,
+    whose fields are not erased yet: a search along the events' key."""
     c = t.events.c
-    return select(c.seq, c.data).where(
+    query = select(c.seq, c.data).where(
         c.tenant_id == tenant_id,
         c.seq > after,
-        c.seq <= through,
         c.type == type,
         c.created_at < before,
         c.data.not_like(_ERASED),
     )
+    return query if through is None else query.where(c.seq <= through)
 
 
 class SqlEvents(ChainRepo):
     async def erase_bodies(
-        self, type: str, fields: Sequence[str], before: datetime, after: int = 0
+        self, type: str, fields: Sequence[str], before: datetime, after: int | None = None
     ) -> tuple[int, int]:
         await self.chain.sealed()
         c = t.events.c
-        # The search reads what became old since the round that ended at ``after``, not the tenant's
-        # whole history: up to the first event made from ``before`` on, or to the last one.
-        young = await self.conn.scalar(first_made_from(self.tenant_id, after, before))
+        start = after or 0
+        # Up to the first event made from ``before`` on every event is old: a round that starts where the
+        # last one ended reads only what became old since, not the tenant's whole history.
+        young = await self.conn.scalar(first_made_from(self.tenant_id, start, before))
         if young is not None:
             through = young - 1
         else:
             last = await self.conn.scalar(select(func.max(c.seq)).where(c.tenant_id == self.tenant_id))
-            through = max(after, last or 0)
-        if through == after:
+            through = max(start, last or 0)
+        if after is not None and through == after:
             return 0, after
-        found = await self.conn.execute(events_to_erase(self.tenant_id, type, before, after, through))
+        bound = None if after is None else through  # without ``after``: every old one, in any order
+        found = await self.conn.execute(events_to_erase(self.tenant_id, type, before, start, bound))
         rows = found.all()
         for row in rows:
             data = json.loads(row.data)
