@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from tapgate.config import load_settings
+from tapgate.cli import settings_file_text
+from tapgate.config import Settings, load_settings
 from tapgate.domain.errors import ConfigurationError
 
 
@@ -84,6 +85,47 @@ def test_a_bad_value_is_refused_with_its_key_and_reason(
         load_settings(_file(tmp_path, text))
     assert f"{key} {why}" in refused.value.message or f"{key}: {why}" in refused.value.message
     assert "Input should" not in refused.value.message  # tapgate's words, not the library's
+
+
+def test_init_writes_every_top_level_key_before_its_first_table(tmp_path: Path) -> None:
+    lines = settings_file_text(tmp_path / "tapgate.db").splitlines()
+    first_table = next(i for i, line in enumerate(lines) if line.startswith("["))
+    keys_after = [line for line in lines[first_table:] if line and line[0].isalpha()]
+    assert keys_after, "the file has tables with keys"
+    top_level = set(Settings.model_fields) - {"webpush", "apns", "fcm", "push_relays"}
+    assert not [line for line in keys_after if line.split(" = ")[0] in top_level]
+
+
+@pytest.mark.parametrize(
+    ("appended", "says"),
+    [
+        (
+            'public_url = "https://gw.example"\n',
+            "webpush.public_url: is a top-level setting, but it stands under [webpush]",
+        ),
+        ('[fcm]\nsubject = "mailto:a@b.example"\n', "fcm.subject: belongs in the [webpush] table"),
+    ],
+)
+def test_a_key_appended_under_the_wrong_table_names_the_table_it_belongs_to(
+    tmp_path: Path, appended: str, says: str
+) -> None:
+    path = tmp_path / "tapgate.toml"
+    path.write_text(settings_file_text(tmp_path / "tapgate.db") + appended)
+    with pytest.raises(ConfigurationError) as refused:
+        load_settings(str(path))
+    assert says in refused.value.message
+    assert "check its spelling" not in refused.value.message
+
+
+def test_a_top_level_key_under_push_relays_is_not_taken_for_a_relay(tmp_path: Path) -> None:
+    relays = 'relay_secret = "s"\n[push_relays]\nfcm = "https://relay.example/push"\n'
+    for stray in ("notice_text = true", 'public_url = "https://gw.example"'):
+        with pytest.raises(ConfigurationError) as refused:
+            load_settings(_file(tmp_path, relays + stray + "\n"))
+        key = stray.split(" = ")[0]
+        message = refused.value.message
+        assert key in message
+        assert "is a top-level setting, but it stands under [push_relays]" in message
 
 
 def test_a_file_that_is_not_toml_is_refused(tmp_path: Path) -> None:

@@ -129,6 +129,7 @@ def _vapid_private_key() -> str:
 def settings_file_text(database_path: Path) -> str:
     """The tapgate.toml that ``tapgate init`` writes: both device flags on, fresh secrets."""
     return f'''# tapgate settings; every key can also be set as TAPGATE_<KEY> (the environment wins).
+# Add top-level keys here, above the first [table] line: in TOML a key below one belongs to that table.
 database_url = "sqlite:///{database_path}"
 device_channel_enabled = true
 device_sms_enabled = true

@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -148,6 +148,15 @@ class Settings(BaseSettings):
     wake: str = ""
     nats_url: str = "nats://127.0.0.1:4222"
 
+    @field_validator("push_relays")
+    @classmethod
+    def _relays_are_push_kinds(cls, relays: dict[str, str]) -> dict[str, str]:
+        for kind in relays:
+            where_it_belongs = _misplaced(("push_relays", kind))
+            if where_it_belongs:
+                raise ValueError(f"{kind} {where_it_belongs}")
+        return relays
+
     @model_validator(mode="after")
     def _wake_is_known(self) -> Settings:
         if self.wake not in ("", *WAKES):
@@ -229,7 +238,10 @@ def load_settings(explicit: str | None = None, **overrides: Any) -> Settings:
         problems = []
         for err in e.errors():
             key = ".".join(str(p) for p in err["loc"]) or "settings"
-            if err["type"] == "extra_forbidden":
+            where_it_belongs = _misplaced(err["loc"])
+            if where_it_belongs:
+                problems.append(f"{key}: {where_it_belongs}")
+            elif err["type"] == "extra_forbidden":
                 problems.append(f"{key}: is not a tapgate setting (check its spelling)")
             else:
                 problems.append(sentence(err["type"], key, err).removesuffix("."))
@@ -237,6 +249,36 @@ def load_settings(explicit: str | None = None, **overrides: Any) -> Settings:
     except ValueError as e:  # a settings file that is not valid TOML
         raise ConfigurationError(f"{path} is not valid TOML: {e}.") from e
     return _anchor_paths(settings, path.parent if path else Path.cwd())
+
+
+def _tables() -> dict[str, type[BaseModel]]:
+    """The settings that are TOML tables of their own, by name, with the model of their keys."""
+    tables: dict[str, type[BaseModel]] = {}
+    for name, field in Settings.model_fields.items():
+        kind = field.annotation
+        if isinstance(kind, type) and issubclass(kind, BaseModel):
+            tables[name] = kind
+    return tables
+
+
+def _misplaced(loc: tuple[int | str, ...]) -> str | None:
+    """Where a key that stands in the wrong place belongs, or None.
+
+    In TOML every key after a ``[table]`` line belongs to that table, so a key appended to the end of
+    the file that ``tapgate init`` wrote lands in its last table.
+    """
+    if not loc:
+        return None
+    name, tables = str(loc[-1]), _tables()
+    if len(loc) == 2 and name in Settings.model_fields and name not in tables:
+        return (
+            f"is a top-level setting, but it stands under [{loc[0]}], where every key after that line "
+            "belongs: move it above the file's first [table] line"
+        )
+    homes = [table for table, model in tables.items() if name in model.model_fields and table != loc[0]]
+    if homes:
+        return f"belongs in the [{homes[0]}] table: put it under the [{homes[0]}] line"
+    return None
 
 
 def _reading(path: Path | None) -> type[Settings]:
