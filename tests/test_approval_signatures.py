@@ -333,6 +333,15 @@ def test_mixed_alphabets_wrong_padding_stray_bits_and_impossible_lengths_are_not
     assert refusal(ED25519, text(), value).startswith("not base64")
 
 
+def test_one_signature_verifies_with_all_or_none_of_its_padding_and_is_refused_with_part_of_it() -> None:
+    payload = text()
+    whole = ED25519.sign(payload)  # 64 bytes: 86 characters and two '='
+    assert whole.endswith("==") and not whole.endswith("===")
+    verify_decision(ED25519.alg, ED25519.public_key, payload, whole)
+    verify_decision(ED25519.alg, ED25519.public_key, payload, whole.rstrip("="))
+    assert refusal(ED25519, payload, whole[:-1]) == "not base64: wrong padding"
+
+
 def test_a_long_signature_is_refused_before_it_is_decoded(signer: Signer) -> None:
     assert refusal(signer, text(), "A" * 400) == "too long"
 
@@ -592,6 +601,14 @@ def test_canonical_json_sorts_keys_drops_spaces_and_keeps_non_ascii_as_utf8() ->
 def test_canonical_json_refuses_what_has_no_single_json_form(value: object) -> None:
     with pytest.raises(InvalidInput):
         canonical_json(value)
+
+
+def test_an_object_with_a_non_string_key_inside_a_list_cannot_hash_like_its_string_keyed_twin() -> None:
+    assert canonical_json([{"1": "a"}]) == b'[{"1":"a"}]'
+    with pytest.raises(InvalidInput, match="key must be a string"):
+        canonical_json([{1: "a"}])
+    with pytest.raises(InvalidInput, match="key must be a string"):
+        action_sha256(TOOL, DEVICE, CAPABILITY, {"to": [{1: "a"}]}, PREVIEW)
 
 
 def test_the_action_hash_changes_with_every_part_and_not_with_key_order() -> None:

@@ -359,6 +359,19 @@ def test_the_files_profile_leaves_the_default_entries_it_does_not_name() -> None
     assert dict(policies.profile) == {**DEFAULT_PROFILE, "set_light": Verdict.ASK}
 
 
+@pytest.mark.parametrize(
+    ("entry", "reason"),
+    [
+        ("block", "the policy profile blocks sms_send"),
+        ("require_approval", "the policy profile asks the person before sms_send"),
+        ("allow", "the policy profile allows sms_send"),
+    ],
+)
+def test_a_profile_decision_says_what_the_profile_does_with_the_call(entry: str, reason: str) -> None:
+    decision = decide(load(f"profile:\n  sms_send: {entry}\n"), call(SMS))
+    assert (decision.rule, decision.reason) == ("profile:sms_send", reason)
+
+
 def test_the_request_knows_which_calls_are_consequential() -> None:
     assert call().consequential
     assert call(SMS).consequential
