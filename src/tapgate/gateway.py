@@ -528,6 +528,9 @@ class Gateway:
 
     async def pause_agents(self, caller: Principal, paused: bool) -> bool:
         """Pause or resume every agent of the person (their calls get ``[deny] paused by the person``)."""
+        if paused:
+            # This process's own hand-over marks go first: a call its long-poll handed is not refused.
+            await self.hands.flush()
         return await console.set_paused(self.ctx, caller, paused)
 
     async def agents_paused(self, caller: Principal) -> bool:

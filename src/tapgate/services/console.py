@@ -18,6 +18,7 @@ from tapgate.domain.console import (
     ALL_AGENTS,
     CONSOLE_LOGIN,
     LINK_LIFETIME,
+    PAUSED_REASON,
     SESSION_LIFETIME,
     SIGN_IN_LIFETIME,
     ConsoleSession,
@@ -41,6 +42,7 @@ from tapgate.domain.principals import Principal, TokenKind
 from tapgate.ports import UnitOfWork
 from tapgate.services.context import Context, events_key, inbox_key, sign_in_key
 from tapgate.services.decisions import record_decision
+from tapgate.services.endings import refuse_unhanded
 
 PAUSED_UNTIL = datetime.fromisoformat("9999-12-31T00:00:00+00:00")  # "until resumed"
 _HISTORY_MAX = 200
@@ -285,15 +287,22 @@ async def revoke_session(ctx: Context, session: ConsoleSession, session_id: str)
 
 
 async def set_paused(ctx: Context, caller: Principal, paused: bool) -> bool:
-    """Pause (or resume) every agent of the person: their calls are refused until resumed."""
+    """Pause (or resume) every agent of the person: their calls are refused until resumed, those already
+    waiting for an approval or not yet handed to a device included (their approvals close)."""
     caller.require(TokenKind.USER)
     assert caller.user_id is not None
     now = ctx.clock.now()
     async with ctx.store.unit_of_work(caller.tenant_id) as uow:
         await uow.pauses.pause(caller.user_id, ALL_AGENTS, PAUSED_UNTIL if paused else now)
+        refused = 0
+        if paused:
+            refused = await refuse_unhanded(uow, caller.user_id, f"[deny] {PAUSED_REASON}", caller.actor, now)
         await uow.journal.append(
             AuditRecord(
-                "agents.paused" if paused else "agents.resumed", caller.actor, subject=caller.user_id
+                "agents.paused" if paused else "agents.resumed",
+                caller.actor,
+                subject=caller.user_id,
+                data={"user_id": caller.user_id, **({"refused": refused} if paused else {})},
             ),
             now,
         )

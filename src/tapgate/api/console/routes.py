@@ -36,7 +36,8 @@ _env = Environment(
 _SAID = {
     "granted": "Grants saved.",
     "revoked": "The device was revoked; its tools are gone and its token no longer works.",
-    "paused": "Every agent is paused: their calls are refused until you resume.",
+    "paused": "Every agent is paused: their calls are refused until you resume, and calls that were "
+    "waiting for your approval or for a device to take them are refused now.",
     "resumed": "Agents may call again.",
     "session-ended": "That console session has ended.",
     "signed-out": "You are signed out.",
