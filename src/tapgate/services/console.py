@@ -356,11 +356,14 @@ async def calls(
         )
         for i in rows
     ]
-    prefix = f"agent:{caller.user_id}/"
     for e in entries:
-        if e.action not in ("invocation.refused", "invocation.unavailable") or not e.actor.startswith(prefix):
+        if e.action not in ("invocation.refused", "invocation.unavailable") or not e.actor.startswith(
+            "agent:"
+        ):
             continue
-        agent = e.actor[len(prefix) :]
+        if actor_user(e.actor) != caller.user_id:
+            continue
+        agent = e.actor.partition("/")[2]
         if (agent_id is not None and agent != agent_id) or (status is not None and e.outcome != status):
             continue
         out.append(CallRow(e.at, str(e.data.get("tool") or ""), agent, e.outcome, e.reason, e.subject))
@@ -375,14 +378,21 @@ async def _recent_entries(uow: UnitOfWork) -> Sequence[AuditEntry]:
 
 
 def concerns(entry: AuditEntry, user_id: str) -> bool:
-    """Whether a journal entry is the person's own: by them, their agents or devices, or about them."""
-    actor = entry.actor
-    return (
-        actor == f"user:{user_id}"
-        or actor.startswith((f"agent:{user_id}/", f"device:{user_id}/"))
-        or entry.data.get("user_id") == user_id
-        or entry.subject == user_id
-    )
+    """Whether a journal entry is the person's own: by them, their agents or devices, or naming them as
+    its ``user_id``. Never by its subject, which may be anyone's id that happens to read the same."""
+    return actor_user(entry.actor) == user_id or entry.data.get("user_id") == user_id
+
+
+def actor_user(actor: str) -> str | None:
+    """The user an actor acts as (``user:ana``, ``agent:ana/…``, ``device:ana/…``); None for the
+    operator and the system. User ids are slugs, so the part before ``/`` is the whole id."""
+    kind, _, rest = actor.partition(":")
+    if kind == "user":
+        return rest
+    if kind in ("agent", "device"):
+        user, slash, _ = rest.partition("/")
+        return user if slash else None
+    return None
 
 
 async def audit(ctx: Context, caller: Principal) -> list[AuditEntry]:

@@ -48,6 +48,7 @@ async def announce(uow: UnitOfWork, invocation: Invocation, action: str, actor: 
             invocation.status.value,
             subject=invocation.invocation_id,
             data={
+                "user_id": invocation.user_id,
                 "tool": invocation.tool,
                 "device_id": invocation.device_id,
                 "capability": invocation.capability,
