@@ -5,18 +5,23 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+import websockets
 
 from tapgate.adapters.clock import FrozenClock
+from tapgate.adapters.store.migrate import migrate
 from tapgate.config import Settings
 from tapgate.domain.approvals import sign_decision, signed_text
 from tapgate.domain.console import ALL_AGENTS
 from tapgate.services.console import PAUSED_UNTIL
-from tests.conftest import asgi_client, tenant_name
+from tests.conftest import asgi_client, blocking, tenant_name
+from tests.live import Server, new_tenant, tapgate, write_config
 from tests.world import LAMP, Key, World, bearer, device_body, new_key
 
 ENGINES = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
@@ -241,3 +246,67 @@ async def test_a_yes_to_a_call_asked_while_the_pause_committed_still_runs_nothin
         ended = await home.view(call["id"])
         assert (ended["status"], ended["reason"]) == ("refused", PAUSED)
         assert await home.taken_by("door") == []
+
+
+def test_a_call_its_device_took_over_a_live_link_is_left_to_it_by_pause(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'tapgate.db'}"
+    blocking(migrate(url))
+    config = write_config(tmp_path, url)
+    server = Server(config).start()
+    try:
+        blocking(_over_a_live_link(server, url, config))
+    finally:
+        server.stop()
+
+
+async def _over_a_live_link(server: Server, url: str, config: Path) -> None:
+    tenant = tenant_name()
+    operator = bearer(await new_tenant(url, tenant))
+    async with httpx.AsyncClient(base_url=server.url, timeout=15) as client:
+        assert (await client.post("/v1/users", json={"user_id": "ana"}, headers=operator)).status_code == 201
+        r = await client.post("/v1/users/ana/tokens", json={"kind": "agent"}, headers=operator)
+        agent = bearer(r.json()["token"])
+        body = device_body("desk-lamp", [LAMP], grants=["set_light"])
+        lamp = bearer(
+            (await client.post("/v1/users/ana/devices", json=body, headers=operator)).json()["device_token"]
+        )
+        ws_url = server.url.replace("http", "ws") + "/v1/device/connect"
+        async with websockets.connect(ws_url, additional_headers=lamp, compression=None) as link:
+            r = await client.post(
+                "/v1/invocations", json={"tool": LAMP_TOOL, "arguments": {"on": True}}, headers=agent
+            )
+            call = r.json()["id"]
+            async with asyncio.timeout(10):
+                while json.loads(await link.recv())["type"] != "device:invoke":
+                    pass
+            made = await asyncio.to_thread(
+                tapgate,
+                "console",
+                "link",
+                "--tenant",
+                tenant,
+                "--user",
+                "ana",
+                "--url",
+                server.url,
+                "--config",
+                str(config),
+            )
+            assert made.returncode == 0, made.stderr
+            path = "/" + made.stdout.strip().split("://", 1)[1].split("/", 1)[1]
+            headers = {"content-type": FORM, "origin": server.url, "sec-fetch-site": "same-origin"}
+            assert (await client.post(path, headers=headers)).status_code == 303
+            page = (await client.get("/console/agents")).text
+            csrf = page.split('name="csrf" value="', 1)[1].split('"', 1)[0]
+            form = str(httpx.QueryParams({"paused": "true", "csrf": csrf})).encode()
+            assert (
+                await client.post("/console/agents/pause", content=form, headers=headers)
+            ).status_code == 303
+            view = await client.get(f"/v1/invocations/{call}", headers=agent)
+            assert view.json()["status"] == "pending"  # the lamp has it: left to the lamp
+            await link.send(json.dumps({"type": "device:result", "callId": call, "status": "done"}))
+            async with asyncio.timeout(10):
+                while (frame := json.loads(await link.recv()))["type"] != "device:ack":
+                    pass
+            assert frame["status"] == "accepted"
+            assert (await client.get(f"/v1/invocations/{call}", headers=agent)).json()["status"] == "done"
