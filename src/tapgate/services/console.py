@@ -357,11 +357,8 @@ async def calls(
         for i in rows
     ]
     for e in entries:
-        if e.action not in ("invocation.refused", "invocation.unavailable") or not e.actor.startswith(
-            "agent:"
-        ):
-            continue
-        if actor_user(e.actor) != caller.user_id:
+        refused = e.action in ("invocation.refused", "invocation.unavailable")
+        if not refused or not e.actor.startswith("agent:") or actor_user(e.actor) != caller.user_id:
             continue
         agent = e.actor.partition("/")[2]
         if (agent_id is not None and agent != agent_id) or (status is not None and e.outcome != status):
