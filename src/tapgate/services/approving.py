@@ -277,7 +277,7 @@ async def _go_on(ctx: Context, uow: UnitOfWork, invocation: Invocation, now: dat
                 "system:approved",
                 "pending",
                 subject=invocation.invocation_id,
-                data={"tool": invocation.tool, "device_id": device.device_id},
+                data={"user_id": invocation.user_id, "tool": invocation.tool, "device_id": device.device_id},
             ),
             now,
         )
