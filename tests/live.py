@@ -44,6 +44,7 @@ class Server:
     process: subprocess.Popen[str] | None = None
     log: Path | None = None
     env: dict[str, str] = field(default_factory=dict)  # added to the environment of the next start
+    args: tuple[str, ...] = ()  # more arguments to `tapgate serve` (``--workers 2``)
 
     @property
     def url(self) -> str:
@@ -62,6 +63,7 @@ class Server:
                     str(self.config),
                     "--port",
                     str(self.port),
+                    *self.args,
                 ],
                 stdout=subprocess.DEVNULL,
                 stderr=out,

@@ -248,3 +248,71 @@ async def _both_reload(first: Server, second: Server, url: str, path: Path) -> N
 
         await _eventually(journalled, "both processes' policy.reloaded in this tenant's journal")
         assert await reloads() == [sha, sha]  # one entry from each process
+
+
+def _workers(server: Server) -> set[int]:
+    """The process ids of a `serve --workers N` supervisor's workers."""
+    assert server.process is not None
+    pid = server.process.pid
+    children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    return {int(c) for c in children if "spawn_main" in Path(f"/proc/{c}/cmdline").read_text()}
+
+
+@pytest.mark.postgres
+def test_a_sighup_to_the_supervisor_with_a_broken_file_keeps_every_worker_serving(
+    postgres: PostgresDatabase, tmp_path: Path
+) -> None:
+    path = tmp_path / "policies.yaml"
+    path.write_text(_rules("Locked AAAA"))
+    config = write_config(tmp_path, postgres.app_url, policies_file="policies.yaml")
+    server = Server(config, args=("--workers", "2")).start()
+    try:
+        blocking(_supervised(server, postgres.app_url, path))
+    finally:
+        server.stop()
+
+
+async def _supervised(server: Server, url: str, path: Path) -> None:
+    assert server.process is not None
+
+    async def two_workers() -> bool:
+        return len(_workers(server)) == 2
+
+    await _eventually(two_workers, "two workers")
+    async with httpx.AsyncClient(base_url=server.url, timeout=30) as client:
+        home = await Home(server.url, client).build(url)
+
+        async def reason() -> str:
+            r = await client.post(
+                "/v1/invocations",
+                json={"tool": "device__front_door__unlock", "arguments": {}},
+                headers=bearer(home.agent),
+            )
+            return str(r.json()["reason"])
+
+        assert "AAAA" in await reason()
+        workers = _workers(server)
+        # Broken, at the same size and modification time: only the supervisor's SIGHUP reads it.
+        _rewrite_unseen(path, _rules("Locked AAAA").replace("decision: block", "decision: blork"))
+        server.process.send_signal(signal.SIGHUP)
+
+        async def kept() -> bool:
+            return "the workers keep running" in server.logs()
+
+        await _eventually(kept, "the supervisor's line")
+        for _ in range(4):  # each worker still answers, with the rules in force
+            assert "AAAA" in await reason()
+        assert _workers(server) == workers
+        lines = [line for line in server.logs().splitlines() if "SIGHUP" in line]
+        assert len(lines) == 1, lines
+        assert "policies.yaml line 5: decision: 'blork' is not a decision" in lines[0]
+
+        _rewrite_unseen(path, _rules("Locked BBBB"))
+        server.process.send_signal(signal.SIGHUP)
+
+        async def restarted() -> bool:
+            now = _workers(server)
+            return len(now) == 2 and not now & workers and "BBBB" in await reason()
+
+        await _eventually(restarted, "new workers on the fixed file")
+    assert server.process.poll() is None

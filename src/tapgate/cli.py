@@ -248,13 +248,12 @@ def serve(
     tls_key: Annotated[str | None, typer.Option(help="The certificate's PEM private key (tls_key).")] = None,
 ) -> None:
     """Run the gateway; refuses to start, with the reason, on a bad configuration."""
-    import uvicorn
-
     from tapgate.adapters.store.schema_version import pending_migrations
     from tapgate.adapters.store.urls import is_postgres
     from tapgate.bootstrap import check_push_settings, check_wake_settings, load_policies, web_push_key
     from tapgate.listening import needs_https_warning, port_in_use, serve_url
     from tapgate.logs import configure_logging
+    from tapgate.supervisor import serve_workers
 
     _require_settings_file(config)
     settings = _settings(config)
@@ -304,7 +303,7 @@ def serve(
     warn_unsafe_defaults(settings)
     from tapgate.api.bounded_http import BoundedHttp
 
-    uvicorn.run(
+    serve_workers(
         "tapgate.bootstrap:app_from_environment",
         factory=True,
         host=host,

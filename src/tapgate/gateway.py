@@ -105,6 +105,7 @@ class Gateway:
             self._background.append(self.policy_reloader)
         self._sweeper = Sweeper(self.ctx, sweep_seconds)
         self.links = LiveLinks(self.ctx)  # the device links this process holds, renewed in batches
+        self.verified = journal.VerifiedMarks()  # how far each tenant's chain is verified, for the console
         self.hands = HandedCalls(self.ctx)  # when the long-poll handed each call, written in batches
         self._pusher = PushWorker(self.ctx, push) if device_channel and push is not None else None
 
@@ -254,6 +255,11 @@ class Gateway:
         """Entry counts per verified tenant; raises BrokenChain at the first bad entry."""
         tenants = [tenant_id] if tenant_id else list(await self.store.tenant_ids())
         return {t: await journal.verify_audit(self.store, t) for t in tenants}
+
+    async def verify_audit_since(self, tenant_id: str) -> int:
+        """The tenant's entry count, checking only the entries after the last this process verified;
+        raises BrokenChain at the first bad one."""
+        return await self.verified.verify(self.store, tenant_id)
 
     # devices
 
@@ -528,6 +534,9 @@ class Gateway:
 
     async def pause_agents(self, caller: Principal, paused: bool) -> bool:
         """Pause or resume every agent of the person (their calls get ``[deny] paused by the person``)."""
+        if paused:
+            # This process's own hand-over marks go first: a call its long-poll handed is not refused.
+            await self.hands.flush()
         return await console.set_paused(self.ctx, caller, paused)
 
     async def agents_paused(self, caller: Principal) -> bool:

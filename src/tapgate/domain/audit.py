@@ -110,9 +110,11 @@ def chain_entry(tenant_id: str, seq: int, at: datetime, record: AuditRecord, pre
     )
 
 
-def verify_chain(tenant_id: str, entries: Iterable[AuditEntry]) -> int:
-    """Return how many entries verified in order; raise BrokenChain at the first that does not."""
-    prev, expected_seq = GENESIS, 1
+def verify_chain(tenant_id: str, entries: Iterable[AuditEntry], after: tuple[int, str] = (0, GENESIS)) -> int:
+    """Return the number of the last entry verified in order (how many the chain holds), ``entries``
+    following the entry ``after`` names by its number and hash (none: the chain's start); raise
+    BrokenChain at the first that does not."""
+    expected_seq, prev = after[0] + 1, after[1]
     for entry in entries:
         if entry.seq != expected_seq:
             raise BrokenChain(tenant_id, expected_seq, "is missing")

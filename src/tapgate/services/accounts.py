@@ -105,7 +105,9 @@ async def create_user(
     user = User(caller.tenant_id, user_id, name, now)
     async with store.unit_of_work(caller.tenant_id) as uow:
         await uow.users.add(user)
-        await uow.journal.append(AuditRecord("user.created", caller.actor, subject=user_id), now)
+        await uow.journal.append(
+            AuditRecord("user.created", caller.actor, subject=user_id, data={"user_id": user_id}), now
+        )
     return user
 
 

@@ -16,7 +16,7 @@ from typing import Any
 from tapgate import faults
 from tapgate.domain.approvals import Decision, SignatureRefused, signed_text, verify_decision
 from tapgate.domain.audit import AuditRecord
-from tapgate.domain.console import CONSOLE_LOGIN
+from tapgate.domain.console import CONSOLE_LOGIN, PAUSED_REASON
 from tapgate.domain.devices import Device, DeviceStatus
 from tapgate.domain.errors import Conflict, Forbidden, Gone, InvalidInput, NotFound
 from tapgate.domain.events import APPROVAL_DECIDED
@@ -255,7 +255,13 @@ async def _record(
 
 
 async def _go_on(ctx: Context, uow: UnitOfWork, invocation: Invocation, now: datetime) -> None:
-    """Step 9, still allowed: same device and pairing, capability declared and granted, not revoked."""
+    """Step 9, still allowed: same device and pairing, capability declared and granted, not revoked, and
+    the person has not paused every agent meanwhile."""
+    if await console.is_paused(uow, invocation.user_id, now):
+        refused = invocation.refused(f"[deny] {PAUSED_REASON}", now)
+        if await uow.invocations.resolve(refused):
+            await announce(uow, refused, "invocation.refused", "system:paused", now)
+        return
     device = await uow.devices.by_uid(invocation.device_uid)
     if device is None or not device.may_run(invocation.capability):
         refused = invocation.refused("[deny] the call is no longer allowed: its device or grant changed", now)
@@ -271,7 +277,7 @@ async def _go_on(ctx: Context, uow: UnitOfWork, invocation: Invocation, now: dat
                 "system:approved",
                 "pending",
                 subject=invocation.invocation_id,
-                data={"tool": invocation.tool, "device_id": device.device_id},
+                data={"user_id": invocation.user_id, "tool": invocation.tool, "device_id": device.device_id},
             ),
             now,
         )

@@ -18,6 +18,7 @@ from tapgate.domain.console import (
     ALL_AGENTS,
     CONSOLE_LOGIN,
     LINK_LIFETIME,
+    PAUSED_REASON,
     SESSION_LIFETIME,
     SIGN_IN_LIFETIME,
     ConsoleSession,
@@ -41,6 +42,7 @@ from tapgate.domain.principals import Principal, TokenKind
 from tapgate.ports import UnitOfWork
 from tapgate.services.context import Context, events_key, inbox_key, sign_in_key
 from tapgate.services.decisions import record_decision
+from tapgate.services.endings import refuse_unhanded
 
 PAUSED_UNTIL = datetime.fromisoformat("9999-12-31T00:00:00+00:00")  # "until resumed"
 _HISTORY_MAX = 200
@@ -285,15 +287,22 @@ async def revoke_session(ctx: Context, session: ConsoleSession, session_id: str)
 
 
 async def set_paused(ctx: Context, caller: Principal, paused: bool) -> bool:
-    """Pause (or resume) every agent of the person: their calls are refused until resumed."""
+    """Pause (or resume) every agent of the person: their calls are refused until resumed, those already
+    waiting for an approval or not yet handed to a device included (their approvals close)."""
     caller.require(TokenKind.USER)
     assert caller.user_id is not None
     now = ctx.clock.now()
     async with ctx.store.unit_of_work(caller.tenant_id) as uow:
         await uow.pauses.pause(caller.user_id, ALL_AGENTS, PAUSED_UNTIL if paused else now)
+        refused = 0
+        if paused:
+            refused = await refuse_unhanded(uow, caller.user_id, f"[deny] {PAUSED_REASON}", caller.actor, now)
         await uow.journal.append(
             AuditRecord(
-                "agents.paused" if paused else "agents.resumed", caller.actor, subject=caller.user_id
+                "agents.paused" if paused else "agents.resumed",
+                caller.actor,
+                subject=caller.user_id,
+                data={"user_id": caller.user_id, **({"refused": refused} if paused else {})},
             ),
             now,
         )
@@ -347,11 +356,11 @@ async def calls(
         )
         for i in rows
     ]
-    prefix = f"agent:{caller.user_id}/"
     for e in entries:
-        if e.action not in ("invocation.refused", "invocation.unavailable") or not e.actor.startswith(prefix):
+        refused = e.action in ("invocation.refused", "invocation.unavailable")
+        if not refused or not e.actor.startswith("agent:") or actor_user(e.actor) != caller.user_id:
             continue
-        agent = e.actor[len(prefix) :]
+        agent = e.actor.partition("/")[2]
         if (agent_id is not None and agent != agent_id) or (status is not None and e.outcome != status):
             continue
         out.append(CallRow(e.at, str(e.data.get("tool") or ""), agent, e.outcome, e.reason, e.subject))
@@ -366,14 +375,21 @@ async def _recent_entries(uow: UnitOfWork) -> Sequence[AuditEntry]:
 
 
 def concerns(entry: AuditEntry, user_id: str) -> bool:
-    """Whether a journal entry is the person's own: by them, their agents or devices, or about them."""
-    actor = entry.actor
-    return (
-        actor == f"user:{user_id}"
-        or actor.startswith((f"agent:{user_id}/", f"device:{user_id}/"))
-        or entry.data.get("user_id") == user_id
-        or entry.subject == user_id
-    )
+    """Whether a journal entry is the person's own: by them, their agents or devices, or naming them as
+    its ``user_id``. Never by its subject, which may be anyone's id that happens to read the same."""
+    return actor_user(entry.actor) == user_id or entry.data.get("user_id") == user_id
+
+
+def actor_user(actor: str) -> str | None:
+    """The user an actor acts as (``user:ana``, ``agent:ana/…``, ``device:ana/…``); None for the
+    operator and the system. User ids are slugs, so the part before ``/`` is the whole id."""
+    kind, _, rest = actor.partition(":")
+    if kind == "user":
+        return rest
+    if kind in ("agent", "device"):
+        user, slash, _ = rest.partition("/")
+        return user if slash else None
+    return None
 
 
 async def audit(ctx: Context, caller: Principal) -> list[AuditEntry]:

@@ -1,5 +1,6 @@
 """A call reaches its end: resolved once, journalled, announced on the person's event stream and woken;
-an overdue call expires; a removed device's open calls fail; the approval a call waited on closes."""
+an overdue call expires; a removed device's open calls fail; the approval a call waited on closes; a pause
+refuses the person's calls not yet handed to a device."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from dataclasses import replace
 from datetime import datetime
 
 from tapgate.domain.audit import AuditRecord
+from tapgate.domain.devices import Device
 from tapgate.domain.events import INVOCATION_RESOLVED
 from tapgate.domain.inbox import ApprovalStatus
 from tapgate.domain.invocations import Invocation, Status
@@ -46,6 +48,7 @@ async def announce(uow: UnitOfWork, invocation: Invocation, action: str, actor: 
             invocation.status.value,
             subject=invocation.invocation_id,
             data={
+                "user_id": invocation.user_id,
                 "tool": invocation.tool,
                 "device_id": invocation.device_id,
                 "capability": invocation.capability,
@@ -91,3 +94,51 @@ async def close_approval(
         return
     await uow.approvals.decide(approval.decided(status, by, now))
     uow.notify(inbox_key(invocation.tenant_id, invocation.user_id))
+
+
+async def refuse_unhanded(uow: UnitOfWork, user_id: str, reason: str, actor: str, now: datetime) -> int:
+    """Refuse the person's calls not yet handed to a device, and close the approvals they waited on, on
+    every device; return how many. A call waits for its approval, or is pending with no hand-over mark on
+    a device with no live link (a live link sends a call the moment it is written). A call handed over is
+    left to its device, which may be doing it already."""
+    waiting: list[tuple[Invocation, Device]] = []
+    unhanded: list[Invocation] = []
+    for device in await uow.devices.list(user_id):
+        for invocation in await uow.invocations.open_for(device.device_uid):
+            if invocation.status is Status.AWAITING_APPROVAL:
+                waiting.append((invocation, device))
+            elif not _handed(invocation, device, now):
+                unhanded.append(invocation)
+    # Every approval closes before any other write: a decision takes its approval first, then the
+    # journal, then its call, so a decision racing the pause waits for it (or it for the decision).
+    for invocation, device in waiting:
+        current = await _close_for_pause(uow, invocation, now)
+        if current is not None and (
+            current.status is Status.AWAITING_APPROVAL or not _handed(current, device, now)
+        ):
+            unhanded.append(current)
+    refused = 0
+    for invocation in unhanded:
+        ended = invocation.refused(reason, now)
+        if await uow.invocations.resolve(ended):
+            await announce(uow, ended, "invocation.refused", actor, now)
+            refused += 1
+    if waiting:
+        uow.notify(inbox_key(uow.tenant_id, user_id))
+    return refused
+
+
+def _handed(invocation: Invocation, device: Device, now: datetime) -> bool:
+    return invocation.delivered_at is not None or device.live(now)
+
+
+async def _close_for_pause(uow: UnitOfWork, invocation: Invocation, now: datetime) -> Invocation | None:
+    """Close the approval a waiting call needs; the call as it stands then, None if it has ended. A yes
+    that came first has moved the call on to its device, where it may not have been taken yet."""
+    approval = await uow.approvals.get(invocation.approval_id) if invocation.approval_id else None
+    if approval is not None and approval.status is ApprovalStatus.PENDING:
+        closed = approval.decided(ApprovalStatus.DENIED, "paused by the person", now)
+        if await uow.approvals.decide(closed):
+            return invocation
+    current = await uow.invocations.get(invocation.user_id, invocation.invocation_id)
+    return current if current is not None and current.status.open else None

@@ -96,7 +96,7 @@ async def set_required(ctx: Context, caller: Principal, user_id: str, required: 
                 "user.verification_set",
                 caller.actor,
                 subject=user_id,
-                data={"require_user_verification": required},
+                data={"user_id": user_id, "require_user_verification": required},
             ),
             now,
         )

@@ -18,6 +18,7 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 
 from tapgate.api import qr as qr_code
 from tapgate.api.console.session import SIGN_IN_COOKIE, Visitor, form, gateway, visitor
+from tapgate.domain.audit import BrokenChain
 from tapgate.domain.console import COOKIE_NAME, SESSION_LIFETIME, SIGN_IN_LIFETIME, SignInStatus
 from tapgate.domain.errors import Forbidden, InvalidInput, TapgateError, Unauthenticated
 from tapgate.domain.invocations import Status
@@ -36,7 +37,8 @@ _env = Environment(
 _SAID = {
     "granted": "Grants saved.",
     "revoked": "The device was revoked; its tools are gone and its token no longer works.",
-    "paused": "Every agent is paused: their calls are refused until you resume.",
+    "paused": "Every agent is paused: their calls are refused until you resume, and calls that were "
+    "waiting for your approval or for a device to take them are refused now.",
     "resumed": "Agents may call again.",
     "session-ended": "That console session has ended.",
     "signed-out": "You are signed out.",
@@ -396,11 +398,11 @@ async def audit(request: Request) -> Response:
         gw = gateway(request)
         entries = await gw.person_audit(who.principal)
         try:
-            counts = await gw.verify_audit(who.session.tenant_id)
-            chain = (
-                f"The journal verifies: {counts[who.session.tenant_id]} entries, each chained to the last."
-            )
+            count = await gw.verify_audit_since(who.session.tenant_id)
+            chain = f"The journal verifies: {count} entries, each chained to the last."
             chain_ok = True
+        except BrokenChain as e:
+            chain, chain_ok = f"The journal does not verify: {e}.", False
         except TapgateError as e:
             chain, chain_ok = f"The journal does not verify: {e.message}", False
         return await _page(
