@@ -212,6 +212,9 @@ def test_the_scan_never_raises_for_token_like_text(text: str) -> None:
         "AKIA_" * 819,
         "x AKIA\n" * 585,
         "ghp_a, " * 585,
+        "eyJ " * 1024,
+        "eyJ-" * 1024,
+        "xoxp-1-" + "a " * 2044,
     ],
 )
 def test_pathological_texts_scan_in_bounded_time(text: str) -> None:

@@ -14,7 +14,7 @@ bc-detect-secrets 1.5.52 found 53% and flagged 3.4%. ggshield needs GitGuardian'
 Python package is the abandoned v2, and llm-guard wraps detect-secrets under a machine-learning stack.
 So the rules here are compiled regular expressions informed by gitleaks' published rule set (which
 prefixes, which lengths, which keywords), each run only when its literal prefix is in one of the text's
-long token runs, so most texts run none of them: a 1,000-character SMS scans in 0.03 to 0.1 ms.
+long token runs, so most texts run none of them.
 
 Decisions, each kept by the corpus:
 - Provider prefixes are matched case-sensitively, as the providers issue them.
@@ -34,13 +34,21 @@ Decisions, each kept by the corpus:
 - A URL is refused when it embeds a password (``https://user:pass@host``), not for a user name alone.
 - The text is scanned in its NFKC form, so full-width look-alikes do not hide a key; spans index that form,
   which is the text itself unless it held compatibility characters.
-- A key written so the plain scan misses it is looked for too (DESIGN §15): the text with its separators
-  (spaces, dashes, dots, newlines) removed, and all of a call's strings joined, are searched for the
-  providers' shapes; a match there counts only when it is as jumpy as a random token (so words run
-  together, ``+442079460958:Annasays…``, are not a Telegram token); a run of 32 or more hex digits that
-  decodes to text is scanned as that text. Such a finding's span is the whole text (or the hex run).
-  These looks about double a text's scan time (measured on a loaded machine: 0.6 ms plain, 1.3 ms in
-  all for the 1,000-character SMS of the tests), and keep the corpus's false positives at 0.
+- A key written so the plain scan misses it is looked for too (DESIGN §15). The text with its
+  separators removed (whitespace, and each of dashes, dots, underscores, slashes and commas in turn, the
+  providers' prefixes that hold one kept whole), and all of a call's strings joined, are searched for the
+  providers' shapes; a key may start or end where the text was joined though a word touches it there (a
+  key in short lines after a word), and a match counts only when it is as jumpy as a random token or cut
+  into even pieces with a digit in it (so words run together, ``+442079460958:Annasays…`` or
+  ``VISITASIATHIS…``, are not a token). A run of 32 or more hex digits, and a base64 run of 20 to 4,096
+  characters, that decodes to text is scanned as that text. The text as it reads is scanned as well:
+  without its invisible and format characters (zero-width, soft hyphens, variation selectors), and with
+  its percent-encoding undone, once and at most twice. A provider's token whose alphabet has one case
+  (AWS access key ids, age, New Relic, Postman, Twilio) is matched in either case, as lower-casing it
+  loses nothing. Such a finding's span is the whole text (or the encoded run). Every one of these is
+  bounded by the text's length: no decoded text is decoded again.
+- An integrity hash (``sha512-…``: base64 of exactly a digest's length) and base64 that starts like a
+  file (an image in a ``data:`` URI) are not secrets; base64 of text in a ``data:`` URI is scanned.
 """
 
 from __future__ import annotations
@@ -145,6 +153,11 @@ class _Rule:
     group: int = 0  # the part of the match that is the secret, for the span
 
 
+# The look-behind right after the literal keeps "eyJeyJeyJ…" linear; in joined text, where a word may
+# touch a key, it is left out.
+_EYJ_ALONE = r"(?<![A-Za-z0-9_\-]eyJ)"
+
+
 def _token(
     kind: str, keywords: str, pattern: str, check: _Check | None = None, any_case: bool = False
 ) -> _Rule:
@@ -155,7 +168,7 @@ def _token(
         kind,
         tuple(keywords.split("|")),
         re.compile(pattern + _RIGHT_EDGE, flags),
-        re.compile(pattern, flags),
+        re.compile(pattern.replace(_EYJ_ALONE, ""), flags),
         check,
         in_run=True,
     )
@@ -398,11 +411,10 @@ _RULES: tuple[_Rule, ...] = (
     _token("heroku_key", "hrku-", r"HRKU-AA[0-9A-Za-z_\-]{58}"),
     _token("newrelic_key", "nrak-", r"NRAK-[A-Z0-9]{27}", any_case=True),
     _token("onepassword_token", "ops_eyj", r"ops_eyJ[A-Za-z0-9+/]{200,}"),
-    # The look-behind right after the literal keeps "eyJeyJeyJ…" linear.
     _token(
         "jwt",
         "eyj",
-        r"(eyJ(?<![A-Za-z0-9_\-]eyJ)[A-Za-z0-9_\-]{8,}+)\.[A-Za-z0-9_\-]{2,}+\.[A-Za-z0-9_\-]*+",
+        rf"(eyJ{_EYJ_ALONE}[A-Za-z0-9_\-]{{8,}}+)\.[A-Za-z0-9_\-]{{2,}}+\.[A-Za-z0-9_\-]*+",
         _jwt_header,
     ),
     _context(
@@ -461,99 +473,131 @@ def _lower(text: str) -> str:
 _Cuts = Callable[[], Collection[int]]
 
 
-def _shapes(text: str, lowered: str, cuts: _Cuts | None = None) -> SecretFinding | None:
+def _shapes(
+    text: str, lowered: str, cuts: _Cuts | None = None, rules: Iterable[_Rule] = _RULES
+) -> SecretFinding | None:
     """The first provider shape in ``text``. With ``cuts`` (``text`` was joined from pieces, and these are
     the places it was joined), only providers' tokens are looked for; one may start or end at a cut though a
     word touches it there, and counts only when it looks split on purpose (``_looks_split``)."""
     runs = " ".join(_LONG_RUN.findall(lowered))
-    for rule in _RULES:
+    for rule in rules:
         if cuts is not None and not rule.in_run:
             continue
         haystack = runs if rule.in_run else lowered
         if not haystack or not any(k in haystack for k in rule.keywords):
             continue
         for found in (rule.pattern if cuts is None else rule.open_pattern).finditer(text):
-            match = _standing_alone(rule, found, cuts) if rule.in_run else found
+            if cuts is not None:
+                match = _split_on_purpose(rule, found, cuts())
+            elif rule.in_run and _touched(text, found.start()):
+                match = None
+            else:
+                match = found
             if match is None:
-                continue
-            if cuts is not None and not _looks_split(match, cuts()):
                 continue
             if rule.check is None or rule.check(match):
                 return SecretFinding(rule.kind, *match.span(rule.group))
     return None
 
 
-def _standing_alone(rule: _Rule, match: re.Match[str], cuts: _Cuts | None) -> re.Match[str] | None:
-    """``match`` when no token character touches it but at a cut, else None; in joined text, a token whose
-    body ran on into the word after it is cut back to the last cut inside it."""
+def _touched(text: str, start: int) -> bool:
+    """Whether a token character comes right before ``start``: a prefix glued to a word is no token."""
+    return start > 0 and text[start - 1] in _TOKEN_CHARS
+
+
+def _split_on_purpose(rule: _Rule, match: re.Match[str], cuts: Collection[int]) -> re.Match[str] | None:
+    """A token in text joined from pieces: ``match``, or the longest part of it that ends at a cut, when
+    no token character touches it but at a cut and it looks split on purpose; else None."""
     text = match.string
-    start, end = match.span()
-    if start > 0 and text[start - 1] in _TOKEN_CHARS and (cuts is None or start not in cuts()):
+    start = match.start()
+    if _touched(text, start) and start not in cuts:
         return None
-    if cuts is None or end == len(text) or text[end] not in _TOKEN_CHARS or end in cuts():
-        return match  # without cuts, the rule's pattern holds its right edge
-    for cut in sorted((c for c in cuts() if start < c < end), reverse=True):
-        shorter = rule.open_pattern.fullmatch(text, start, cut)
-        if shorter is not None:
-            return shorter
+    inside = sorted(c for c in cuts if start < c < match.end())
+    # A body that takes any length may have run on into the words after the key: then the key ends at one
+    # of the last few cuts inside the match.
+    for end in [match.end(), *reversed(inside[-16:])]:
+        if end < len(text) and text[end] in _TOKEN_CHARS and end not in cuts:
+            continue
+        candidate = match if end == match.end() else rule.open_pattern.fullmatch(text, start, end)
+        if candidate is not None and _looks_split(candidate.group(), [c - start for c in inside if c < end]):
+            return candidate
     return None
 
 
-def _looks_split(match: re.Match[str], cuts: Collection[int]) -> bool:
-    """Whether a token found in joined text was split on purpose: it changes character class as often as
-    random tokens do, or the cuts inside it are evenly spaced and it holds a digit (``AKIA 7OH5 7HRD …``).
-    Words run together (``+442079460958:Annasays…``, ``VISITASIATHIS…``) do neither."""
-    value = match.group()
+def _looks_split(value: str, inside: list[int]) -> bool:
+    """Whether a token found in joined text was split on purpose (``inside``: where, from its start): it
+    changes character class as often as random tokens do, or the cuts are evenly spaced and it holds a
+    digit (``AKIA 7OH5 7HRD …``). Words run together (``+442079460958:Annasays…``, ``VISITASIATHIS…``) do
+    neither."""
     if _switch_ratio(value) >= 0.3:
         return True
-    start, end = match.span()
-    inside = sorted(c for c in cuts if start < c < end)
     if not inside or not any(c.isdigit() for c in value):
         return False
-    widths = {b - a for a, b in itertools.pairwise([start, *inside])}
-    return len(widths) == 1 and end - inside[-1] <= widths.pop()
+    widths = {b - a for a, b in itertools.pairwise([0, *inside])}
+    return len(widths) == 1 and len(value) - inside[-1] <= widths.pop()
 
 
 # Separators a key is split by: whitespace, then each of these with it (one at a time, as a key may hold
 # the others). The providers' prefixes that hold one are kept whole (``ghp_`` split by underscores).
 _SPLITTERS = "-._/,"
+_NO_SPLITTERS = str.maketrans("", "", _SPLITTERS)
 _SQUEEZES = {sep: re.compile(rf"[\s{re.escape(sep)}]+") for sep in ["", *_SPLITTERS]}
 _PREFIXES = {
-    sep: tuple(
-        keyword
+    sep: {
+        rule: tuple(k for k in rule.keywords if sep and sep in k and len(k.strip(_SPLITTERS)) >= 2)
         for rule in _RULES
         if rule.in_run
-        for keyword in rule.keywords
-        if sep in keyword and len(keyword.strip(_SPLITTERS)) >= 2
-    )
-    for sep in _SPLITTERS
+    }
+    for sep in _SQUEEZES
 }
+# Each token rule with its keywords bare of separators: a keyword that is in a text with some separators
+# taken out is bare in the text with all of them taken out, so one look there picks the rules to try.
+_BARE_KEYWORDS = tuple(
+    (rule, tuple(keyword.translate(_NO_SPLITTERS) for keyword in rule.keywords))
+    for rule in _RULES
+    if rule.in_run
+)
 
 
 def _split_token(text: str) -> SecretFinding | None:
     """A provider's token with separators put into it, perhaps glued to the words around it once they
     are gone (a key in short lines after a word)."""
     spaced = "".join(text.split())
+    bare = _lower(spaced.translate(_NO_SPLITTERS))
+    rules = [rule for rule, keywords in _BARE_KEYWORDS if any(k in bare for k in keywords)]
+    if not rules:
+        return None
     lowered = _lower(text)
     seen = {text}
     for sep, removed in _SQUEEZES.items():
         if sep and sep not in text:
             continue
-        keep = [prefix for prefix in _PREFIXES[sep] if prefix in lowered] if sep else []
+        keep = [prefix for rule in rules for prefix in _PREFIXES[sep][rule] if prefix in lowered]
         cuts: _Cuts
         if keep:
             squeezed, joints = _squeeze(text, lowered, removed, keep)
             cuts = functools.partial(frozenset, joints)
-        else:  # the common case: the joints are worked out only if a token is found
+        else:  # the common case: where the text was joined is worked out only if a token is found there
             squeezed = spaced.replace(sep, "") if sep else spaced
-            cuts = functools.cache(functools.partial(_joints, text, lowered, removed))
+            cuts = _once(functools.partial(_joints, text, lowered, removed))
         if squeezed in seen:
             continue
         seen.add(squeezed)
-        finding = _shapes(squeezed, _lower(squeezed), cuts=cuts)
+        finding = _shapes(squeezed, _lower(squeezed), cuts=cuts, rules=rules)
         if finding is not None:
             return SecretFinding(finding.kind, 0, len(text))
     return None
+
+
+def _once(compute: Callable[[], frozenset[int]]) -> _Cuts:
+    kept: list[frozenset[int]] = []
+
+    def cuts() -> frozenset[int]:
+        if not kept:
+            kept.append(compute())
+        return kept[0]
+
+    return cuts
 
 
 def _joints(text: str, lowered: str, removed: re.Pattern[str]) -> frozenset[int]:
@@ -596,10 +640,7 @@ _BASE64_RUN = re.compile(r"(?<![A-Za-z0-9+/_\-])[A-Za-z0-9+/_\-]{20,4096}={0,2}(
 def _hex_encoded(text: str) -> SecretFinding | None:
     """A secret written as the hex of its text."""
     for match in _HEX_RUN.finditer(text):
-        try:
-            decoded = _as_text(bytes.fromhex(match.group()))
-        except ValueError:
-            continue
+        decoded = _as_text(bytes.fromhex(match.group()))  # pairs of hex digits: always bytes
         if decoded is None:
             continue
         finding = _scan(decoded, decode_base64=False) or _split_token(decoded)
@@ -611,7 +652,9 @@ def _hex_encoded(text: str) -> SecretFinding | None:
 def _base64_encoded(text: str) -> SecretFinding | None:
     """A secret written as the base64 of its text, however short (an unnamed run needs 32 characters)."""
     for match in _BASE64_RUN.finditer(text):
-        decoded = _b64text(match.group())
+        value = match.group()
+        # Base64 of text mixes cases all but always; a run of one case is a word or a name.
+        decoded = _b64text(value) if _mixed_case(value) else None
         if decoded is None:
             continue
         decoded = _nfkc(decoded)
