@@ -1,5 +1,6 @@
 """The smaller trust items of DESIGN §15, each tried as an attacker would: notice data is secret-scanned,
-the scan sees keys split, joined or hex-encoded, ingested text shows its hidden characters."""
+the scan sees keys split, joined, encoded or broken by invisible characters, ingested text shows its
+hidden characters."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from tapgate.domain.secret_scan import SecretRefused, check_outbound, scan
 from tests.conftest import asgi_client, tenant_name
 from tests.pushfakes import new_accounts
 from tests.test_push_senders import message as push_message
-from tests.test_secret_scan import ORDINARY
+from tests.test_secret_scan import HIDDEN_SECRETS, ORDINARY
 from tests.world import LAMP, World, bearer, device_body
 
 GITHUB = "ghp_" + "aB3dE5fG7hJ9kL1mN3pQ5rS7tU9vW1xY3zA5"
@@ -76,6 +77,45 @@ def test_words_run_together_are_not_taken_for_a_token() -> None:
 
 def test_the_corpus_false_positive_rate_stays_zero() -> None:
     assert [text for text in ORDINARY if scan(text) is not None] == []
+
+
+def test_notice_data_that_holds_a_key_split_by_underscores_is_refused() -> None:
+    key = "AKIA" + "Q3EGRXQ5LZ2YTB7M"
+    split = "_".join(key[i : i + 4] for i in range(0, len(key), 4))
+    with pytest.raises(InvalidInput) as refused:
+        check_notice("goal.done", {"goal_id": split}, None, False)
+    assert refused.value.field == "data.goal_id" and "Q3EG" not in refused.value.message
+
+
+# Forms whose characters the argument check refuses before the scan reads the text.
+_REFUSED_AS_FORMAT = {"zero_width", "soft_hyphen"}
+
+
+async def test_an_sms_body_that_hides_a_key_is_refused_before_any_row_whichever_way(
+    device_api: httpx.AsyncClient,
+) -> None:
+    world = await World(device_api).start()
+    await world.person("ana")
+    agent = bearer(await world.agent("ana"))
+    phone = device_body(
+        "ana-phone", [{"name": "sms_send"}], grants=["sms_send"], push={"kind": "fcm", "token": "t"}
+    )
+    await world.enrol("ana", phone)
+    forms = {case["form"]: case["text"] for case in reversed(HIDDEN_SECRETS)}
+    assert len(forms) >= 12
+    for number, (form, body) in enumerate(sorted(forms.items())):
+        call = {
+            "tool": "device__ana_phone__sms_send",
+            "arguments": {"to": "+15551234567", "body": body},
+            "invocation_id": f"hidden-{number}",
+        }
+        view = (await device_api.post("/v1/invocations", json=call, headers=agent)).json()
+        assert view["status"] == "refused" and view["result"] is None, (form, view)
+        if form in _REFUSED_AS_FORMAT:
+            assert "a control, format or invisible character" in view["reason"], (form, view)
+        else:
+            assert view["reason"].startswith("[deny] the text of 'body' looks like a secret"), (form, view)
+        assert (await device_api.get(f"/v1/invocations/hidden-{number}", headers=agent)).status_code == 404
 
 
 # -- /docs loads nothing from anywhere else -------------------------------------------------------------

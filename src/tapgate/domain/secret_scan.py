@@ -14,7 +14,7 @@ bc-detect-secrets 1.5.52 found 53% and flagged 3.4%. ggshield needs GitGuardian'
 Python package is the abandoned v2, and llm-guard wraps detect-secrets under a machine-learning stack.
 So the rules here are compiled regular expressions informed by gitleaks' published rule set (which
 prefixes, which lengths, which keywords), each run only when its literal prefix is in one of the text's
-long token runs, so most texts run none of them: a 1,000-character SMS scans in 0.03 to 0.1 ms.
+long token runs, so most texts run none of them.
 
 Decisions, each kept by the corpus:
 - Provider prefixes are matched case-sensitively, as the providers issue them.
@@ -34,19 +34,28 @@ Decisions, each kept by the corpus:
 - A URL is refused when it embeds a password (``https://user:pass@host``), not for a user name alone.
 - The text is scanned in its NFKC form, so full-width look-alikes do not hide a key; spans index that form,
   which is the text itself unless it held compatibility characters.
-- A key written so the plain scan misses it is looked for too (DESIGN §15): the text with its separators
-  (spaces, dashes, dots, newlines) removed, and all of a call's strings joined, are searched for the
-  providers' shapes; a match there counts only when it is as jumpy as a random token (so words run
-  together, ``+442079460958:Annasays…``, are not a Telegram token); a run of 32 or more hex digits that
-  decodes to text is scanned as that text. Such a finding's span is the whole text (or the hex run).
-  These looks about double a text's scan time (measured on a loaded machine: 0.6 ms plain, 1.3 ms in
-  all for the 1,000-character SMS of the tests), and keep the corpus's false positives at 0.
+- A key written so the plain scan misses it is looked for too (DESIGN §15). The text with its
+  separators removed (whitespace, and each of dashes, dots, underscores, slashes and commas in turn, the
+  providers' prefixes that hold one kept whole), and all of a call's strings joined, are searched for the
+  providers' shapes; a key may start or end where the text was joined though a word touches it there (a
+  key in short lines after a word), and a match counts only when it is as jumpy as a random token or cut
+  into even pieces with a digit in it (so words run together, ``+442079460958:Annasays…`` or
+  ``VISITASIATHIS…``, are not a token). A run of 32 or more hex digits, and a base64 run of 20 to 4,096
+  characters, that decodes to text is scanned as that text. The text as it reads is scanned as well:
+  without its invisible and format characters (zero-width, soft hyphens, variation selectors), and with
+  its percent-encoding undone, once and at most twice. A provider's token whose alphabet has one case
+  (AWS access key ids, age, New Relic, Postman, Twilio) is matched in either case, as lower-casing it
+  loses nothing. Such a finding's span is the whole text (or the encoded run). Every one of these is
+  bounded by the text's length: no decoded text is decoded again.
+- An integrity hash (``sha512-…``: base64 of exactly a digest's length) and base64 that starts like a
+  file (an image in a ``data:`` URI) are not secrets; base64 of text in a ``data:`` URI is scanned.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import itertools
 import json
 import math
@@ -54,10 +63,12 @@ import re
 import string
 import unicodedata
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass
+from urllib.parse import unquote
 
 from tapgate.domain.errors import TapgateError
+from tapgate.domain.text import INVISIBLE
 
 __all__ = ["SecretFinding", "SecretRefused", "check_outbound", "scan"]
 
@@ -93,20 +104,24 @@ def check_outbound(texts: Iterable[tuple[str, str]]) -> None:
         if finding is not None:
             raise SecretRefused(field, finding)
     if len(pairs) > 1:
-        joined = "".join(_nfkc(text) for _, text in pairs)
-        finding = _shapes(joined, _lower(joined), tokens_only=True, jumpy=True) or _split_token(joined)
+        parts = [_nfkc(text) for _, text in pairs]
+        joined = "".join(parts)
+        joints = frozenset(itertools.accumulate(len(part) for part in parts[:-1]))
+        finding = _shapes(joined, _lower(joined), cuts=functools.partial(frozenset, joints))
+        finding = finding or _split_token(joined)
         if finding is not None:
             raise SecretRefused(" + ".join(field for field, _ in pairs), finding)
 
 
 def scan(text: str) -> SecretFinding | None:
     """The first secret in ``text``, by rule order (provider shapes first, entropy last), or None; then a
-    key split by separators or hex-encoded.
+    key hidden: split by separators, hex- or base64-encoded, broken by invisible characters or
+    percent-encoded.
 
     Never raises, whatever the text.
     """
     text = _nfkc(text)
-    return _scan(text, decode_base64=True) or _split_token(text) or _hex_encoded(text)
+    return _scan(text, decode_base64=True) or _hidden(text)
 
 
 def _nfkc(text: str) -> str:
@@ -132,19 +147,37 @@ class _Rule:
     kind: str
     keywords: tuple[str, ...]
     pattern: re.Pattern[str]
+    open_pattern: re.Pattern[str]  # ``pattern`` without its right edge, for text joined from pieces
     check: _Check | None
     in_run: bool
     group: int = 0  # the part of the match that is the secret, for the span
 
 
-def _token(kind: str, keywords: str, pattern: str, check: _Check | None = None) -> _Rule:
-    """A token that starts with a provider's prefix; no token character may touch it on either side."""
-    return _Rule(kind, tuple(keywords.split("|")), re.compile(pattern + _RIGHT_EDGE), check, in_run=True)
+# The look-behind right after the literal keeps "eyJeyJeyJ…" linear; in joined text, where a word may
+# touch a key, it is left out.
+_EYJ_ALONE = r"(?<![A-Za-z0-9_\-]eyJ)"
+
+
+def _token(
+    kind: str, keywords: str, pattern: str, check: _Check | None = None, any_case: bool = False
+) -> _Rule:
+    """A token that starts with a provider's prefix; no token character may touch it on either side.
+    ``any_case`` for a token whose alphabet has one case, so that lower-casing it loses nothing."""
+    flags = re.IGNORECASE if any_case else 0
+    return _Rule(
+        kind,
+        tuple(keywords.split("|")),
+        re.compile(pattern + _RIGHT_EDGE, flags),
+        re.compile(pattern.replace(_EYJ_ALONE, ""), flags),
+        check,
+        in_run=True,
+    )
 
 
 def _context(kind: str, keywords: str, pattern: str, check: _Check | None = None, group: int = 1) -> _Rule:
     """A secret found by the words around it; ``group`` is the secret itself."""
-    return _Rule(kind, tuple(keywords.split("|")), re.compile(pattern), check, in_run=False, group=group)
+    compiled = re.compile(pattern)
+    return _Rule(kind, tuple(keywords.split("|")), compiled, compiled, check, in_run=False, group=group)
 
 
 def _entropy(value: str) -> float:
@@ -183,16 +216,23 @@ def _b64decode(value: str) -> bytes | None:
         return None
 
 
-def _b64text(value: str) -> str | None:
-    """``value`` decoded from base64 when that gives printable text, else None."""
-    raw = _b64decode(value)
+_LINE_BREAKS = str.maketrans("\n\r\t", "   ")
+
+
+def _as_text(raw: bytes | None) -> str | None:
+    """``raw`` as text when it is UTF-8 that prints (line breaks allowed), else None."""
     if raw is None:
         return None
     try:
         decoded = raw.decode()
     except UnicodeDecodeError:
         return None
-    return decoded if decoded.isprintable() else None
+    return decoded if decoded.translate(_LINE_BREAKS).isprintable() else None
+
+
+def _b64text(value: str) -> str | None:
+    """``value`` decoded from base64 when that gives printable text, else None."""
+    return _as_text(_b64decode(value))
 
 
 def _jwt_header(match: re.Match[str]) -> bool:
@@ -261,8 +301,18 @@ _RULES: tuple[_Rule, ...] = (
         group=0,
     ),
     _context("private_key", "putty-user-key-file", r"PuTTY-User-Key-File-\d+:", group=0),
-    _token("age_secret_key", "age-secret-key-1", r"AGE-SECRET-KEY-1[QPZRY9X8GF2TVDW0S3JN54KHCE6MUA7L]{58}"),
-    _token("aws_access_key", "akia|asia|abia|acca|a3t", r"(?:A3T[A-Z0-9]|AKIA|ASIA|ABIA|ACCA)[A-Z2-7]{16}"),
+    _token(
+        "age_secret_key",
+        "age-secret-key-1",
+        r"AGE-SECRET-KEY-1[QPZRY9X8GF2TVDW0S3JN54KHCE6MUA7L]{58}",
+        any_case=True,
+    ),
+    _token(
+        "aws_access_key",
+        "akia|asia|abia|acca|a3t",
+        r"(?:A3T[A-Z0-9]|AKIA|ASIA|ABIA|ACCA)[A-Z2-7]{16}",
+        any_case=True,
+    ),
     _context(
         "aws_secret_key",
         "aws|secret_access_key|secret access key|secretaccesskey",
@@ -312,7 +362,7 @@ _RULES: tuple[_Rule, ...] = (
     ),
     _token("anthropic_key", "sk-ant-", r"sk-ant-[a-z0-9]{2,12}-[A-Za-z0-9_\-]{32,}"),
     _token("openai_key", "sk-", r"sk-(?:(?:proj|svcacct|admin|None)-[A-Za-z0-9_\-]{20,}|[A-Za-z0-9]{32,})"),
-    _token("twilio_key", "sk", r"SK[0-9a-fA-F]{32}"),
+    _token("twilio_key", "sk", r"SK[0-9a-fA-F]{32}", any_case=True),
     _context(
         "twilio_key", "twilio", r"(?i:twilio)[\s\S]{0,40}?(?<![A-Za-z0-9])([0-9a-f]{32})(?![A-Za-z0-9])"
     ),
@@ -331,18 +381,18 @@ _RULES: tuple[_Rule, ...] = (
     _token("mailgun_key", "-", r"[0-9a-f]{32}-[0-9a-f]{8}-[0-9a-f]{8}"),
     _token("mailchimp_key", "-us", r"[0-9a-f]{32}-us\d{1,2}"),
     _token("huggingface_token", "hf_", r"hf_[A-Za-z]{34}"),
-    _token("digitalocean_token", "_v1_", r"do[opr]_v1_[a-f0-9]{64}"),
+    _token("digitalocean_token", "dop_v1_|dor_v1_|doo_v1_", r"do[opr]_v1_[a-f0-9]{64}"),
     _token(
         "hashicorp_token",
         "hvs.|hvb.|atlasv1",
         r"(?:hv[sb]\.[A-Za-z0-9_\-]{90,}|[a-z0-9]{14}\.atlasv1\.[A-Za-z0-9_=\-]{60,70})",
     ),
     _token("doppler_token", "dp.", r"dp\.(?:pt|st|ct|sa|scim|audit)\.[A-Za-z0-9]{40,44}"),
-    _token("linear_key", "lin_", r"lin_(?:api|oauth)_[A-Za-z0-9]{40}"),
+    _token("linear_key", "lin_api_|lin_oauth_", r"lin_(?:api|oauth)_[A-Za-z0-9]{40}"),
     _token("notion_token", "ntn_|secret_", r"(?:ntn_\d{11}[A-Za-z0-9]{35}|secret_[A-Za-z0-9]{43})"),
     _token("perplexity_key", "pplx-", r"pplx-[A-Za-z0-9]{48}"),
     _token("databricks_token", "dapi", r"dapi[a-f0-9]{32}"),
-    _token("postman_key", "pmak-", r"PMAK-[a-fA-F0-9]{24}-[a-fA-F0-9]{34}"),
+    _token("postman_key", "pmak-", r"PMAK-[a-fA-F0-9]{24}-[a-fA-F0-9]{34}", any_case=True),
     _token(
         "square_token",
         "sq0atp-|sq0csp-|eaaa",
@@ -359,13 +409,12 @@ _RULES: tuple[_Rule, ...] = (
     _token("replicate_token", "r8_", r"r8_[A-Za-z0-9]{37}"),
     _token("supabase_token", "sbp_", r"sbp_[a-f0-9]{40}"),
     _token("heroku_key", "hrku-", r"HRKU-AA[0-9A-Za-z_\-]{58}"),
-    _token("newrelic_key", "nrak-", r"NRAK-[A-Z0-9]{27}"),
+    _token("newrelic_key", "nrak-", r"NRAK-[A-Z0-9]{27}", any_case=True),
     _token("onepassword_token", "ops_eyj", r"ops_eyJ[A-Za-z0-9+/]{200,}"),
-    # The look-behind right after the literal keeps "eyJeyJeyJ…" linear.
     _token(
         "jwt",
         "eyj",
-        r"(eyJ(?<![A-Za-z0-9_\-]eyJ)[A-Za-z0-9_\-]{8,}+)\.[A-Za-z0-9_\-]{2,}+\.[A-Za-z0-9_\-]*+",
+        rf"(eyJ{_EYJ_ALONE}[A-Za-z0-9_\-]{{8,}}+)\.[A-Za-z0-9_\-]{{2,}}+\.[A-Za-z0-9_\-]*+",
         _jwt_header,
     ),
     _context(
@@ -421,57 +470,247 @@ def _lower(text: str) -> str:
     return lowered
 
 
-def _shapes(text: str, lowered: str, tokens_only: bool = False, jumpy: bool = False) -> SecretFinding | None:
-    """The first provider shape in ``text``; ``tokens_only`` skips the rules that need words around the
-    secret, ``jumpy`` keeps only matches that change character class as often as random tokens do."""
+_Cuts = Callable[[], Collection[int]]
+
+
+def _shapes(
+    text: str, lowered: str, cuts: _Cuts | None = None, rules: Iterable[_Rule] = _RULES
+) -> SecretFinding | None:
+    """The first provider shape in ``text``. With ``cuts`` (``text`` was joined from pieces, and these are
+    the places it was joined), only providers' tokens are looked for; one may start or end at a cut though a
+    word touches it there, and counts only when it looks split on purpose (``_looks_split``)."""
     runs = " ".join(_LONG_RUN.findall(lowered))
-    for rule in _RULES:
-        if tokens_only and not rule.in_run:
+    for rule in rules:
+        if cuts is not None and not rule.in_run:
             continue
         haystack = runs if rule.in_run else lowered
         if not haystack or not any(k in haystack for k in rule.keywords):
             continue
-        for match in rule.pattern.finditer(text):
-            start = match.start()
-            if rule.in_run and start > 0 and text[start - 1] in _TOKEN_CHARS:
-                continue
-            if jumpy and _switch_ratio(match.group()) < 0.3:
+        for found in (rule.pattern if cuts is None else rule.open_pattern).finditer(text):
+            if cuts is not None:
+                match = _split_on_purpose(rule, found, cuts())
+            elif rule.in_run and _touched(text, found.start()):
+                match = None
+            else:
+                match = found
+            if match is None:
                 continue
             if rule.check is None or rule.check(match):
                 return SecretFinding(rule.kind, *match.span(rule.group))
     return None
 
 
-_WHITESPACE = re.compile(r"\s+")
-_SEPARATOR_RUNS = re.compile(r"[\s.\-]+")
-_HEX_RUN = re.compile(r"(?<![0-9A-Fa-f])(?:[0-9A-Fa-f]{2}){16,}(?![0-9A-Fa-f])")
+def _touched(text: str, start: int) -> bool:
+    """Whether a token character comes right before ``start``: a prefix glued to a word is no token."""
+    return start > 0 and text[start - 1] in _TOKEN_CHARS
+
+
+def _split_on_purpose(rule: _Rule, match: re.Match[str], cuts: Collection[int]) -> re.Match[str] | None:
+    """A token in text joined from pieces: ``match``, or the longest part of it that ends at a cut, when
+    no token character touches it but at a cut and it looks split on purpose; else None."""
+    text = match.string
+    start = match.start()
+    if _touched(text, start) and start not in cuts:
+        return None
+    inside = sorted(c for c in cuts if start < c < match.end())
+    # A body that takes any length may have run on into the words after the key: then the key ends at one
+    # of the last few cuts inside the match.
+    for end in [match.end(), *reversed(inside[-16:])]:
+        if end < len(text) and text[end] in _TOKEN_CHARS and end not in cuts:
+            continue
+        candidate = match if end == match.end() else rule.open_pattern.fullmatch(text, start, end)
+        if candidate is not None and _looks_split(candidate.group(), [c - start for c in inside if c < end]):
+            return candidate
+    return None
+
+
+def _looks_split(value: str, inside: list[int]) -> bool:
+    """Whether a token found in joined text was split on purpose (``inside``: where, from its start): it
+    changes character class as often as random tokens do, or the cuts are evenly spaced and it holds a
+    digit (``AKIA 7OH5 7HRD …``). Words run together (``+442079460958:Annasays…``, ``VISITASIATHIS…``) do
+    neither."""
+    if _switch_ratio(value) >= 0.3:
+        return True
+    if not inside or not any(c.isdigit() for c in value):
+        return False
+    widths = {b - a for a, b in itertools.pairwise([0, *inside])}
+    return len(widths) == 1 and len(value) - inside[-1] <= widths.pop()
+
+
+# Separators a key is split by: whitespace, then each of these with it (one at a time, as a key may hold
+# the others). The providers' prefixes that hold one are kept whole (``ghp_`` split by underscores).
+_SPLITTERS = "-._/,"
+_NO_SPLITTERS = str.maketrans("", "", _SPLITTERS)
+_SQUEEZES = {sep: re.compile(rf"[\s{re.escape(sep)}]+") for sep in ["", *_SPLITTERS]}
+_PREFIXES = {
+    sep: {
+        rule: tuple(k for k in rule.keywords if sep and sep in k and len(k.strip(_SPLITTERS)) >= 2)
+        for rule in _RULES
+        if rule.in_run
+    }
+    for sep in _SQUEEZES
+}
+# Each token rule with its keywords bare of separators: a keyword that is in a text with some separators
+# taken out is bare in the text with all of them taken out, so one look there picks the rules to try.
+_BARE_KEYWORDS = tuple(
+    (rule, tuple(keyword.translate(_NO_SPLITTERS) for keyword in rule.keywords))
+    for rule in _RULES
+    if rule.in_run
+)
 
 
 def _split_token(text: str) -> SecretFinding | None:
-    """A provider's token with separators (spaces, dashes, dots, newlines) put into it."""
-    squeezed_space = _WHITESPACE.sub("", text)
-    for squeezed in dict.fromkeys((squeezed_space, _SEPARATOR_RUNS.sub("", squeezed_space))):
-        if squeezed == text:
-            continue  # nothing was taken out: the plain scan saw this text already
-        finding = _shapes(squeezed, _lower(squeezed), tokens_only=True, jumpy=True)
+    """A provider's token with separators put into it, perhaps glued to the words around it once they
+    are gone (a key in short lines after a word)."""
+    spaced = "".join(text.split())
+    bare = _lower(spaced.translate(_NO_SPLITTERS))
+    rules = [rule for rule, keywords in _BARE_KEYWORDS if any(k in bare for k in keywords)]
+    if not rules:
+        return None
+    lowered = _lower(text)
+    seen = {text}
+    for sep, removed in _SQUEEZES.items():
+        if sep and sep not in text:
+            continue
+        keep = [prefix for rule in rules for prefix in _PREFIXES[sep][rule] if prefix in lowered]
+        cuts: _Cuts
+        if keep:
+            squeezed, joints = _squeeze(text, lowered, removed, keep)
+            cuts = functools.partial(frozenset, joints)
+        else:  # the common case: where the text was joined is worked out only if a token is found there
+            squeezed = spaced.replace(sep, "") if sep else spaced
+            cuts = _once(functools.partial(_joints, text, lowered, removed))
+        if squeezed in seen:
+            continue
+        seen.add(squeezed)
+        finding = _shapes(squeezed, _lower(squeezed), cuts=cuts, rules=rules)
         if finding is not None:
             return SecretFinding(finding.kind, 0, len(text))
     return None
 
 
+def _once(compute: Callable[[], frozenset[int]]) -> _Cuts:
+    kept: list[frozenset[int]] = []
+
+    def cuts() -> frozenset[int]:
+        if not kept:
+            kept.append(compute())
+        return kept[0]
+
+    return cuts
+
+
+def _joints(text: str, lowered: str, removed: re.Pattern[str]) -> frozenset[int]:
+    return _squeeze(text, lowered, removed, [])[1]
+
+
+def _squeeze(
+    text: str, lowered: str, removed: re.Pattern[str], keep: Iterable[str]
+) -> tuple[str, frozenset[int]]:
+    """``text`` without the runs ``removed`` matches, but for the characters of the words in ``keep``;
+    and where the result was joined."""
+    kept: set[int] = set()
+    for word in keep:
+        at = lowered.find(word)
+        while at >= 0:
+            kept.update(range(at, at + len(word)))
+            at = lowered.find(word, at + 1)
+    pieces: list[str] = []
+    cuts: set[int] = set()
+    size = last = 0
+    for run in removed.finditer(text):
+        pieces.append(text[last : run.start()])
+        size += run.start() - last
+        for i in range(*run.span()):
+            if i in kept:
+                pieces.append(text[i])
+                size += 1
+            else:
+                cuts.add(size)
+        last = run.end()
+    pieces.append(text[last:])
+    return "".join(pieces), frozenset(cuts)
+
+
+_HEX_RUN = re.compile(r"(?<![0-9A-Fa-f])(?:[0-9A-Fa-f]{2}){16,}(?![0-9A-Fa-f])")
+# Long enough for the shortest key's base64, bounded so that one run is decoded once, never a text's worth.
+_BASE64_RUN = re.compile(r"(?<![A-Za-z0-9+/_\-])[A-Za-z0-9+/_\-]{20,4096}={0,2}(?![A-Za-z0-9+/=_\-])")
+
+
 def _hex_encoded(text: str) -> SecretFinding | None:
     """A secret written as the hex of its text."""
     for match in _HEX_RUN.finditer(text):
-        try:
-            decoded = bytes.fromhex(match.group()).decode()
-        except (ValueError, UnicodeDecodeError):
-            continue
-        if not decoded.replace("\n", " ").isprintable():
+        decoded = _as_text(bytes.fromhex(match.group()))  # pairs of hex digits: always bytes
+        if decoded is None:
             continue
         finding = _scan(decoded, decode_base64=False) or _split_token(decoded)
         if finding is not None:
             return SecretFinding(finding.kind, *match.span())
     return None
+
+
+def _base64_encoded(text: str) -> SecretFinding | None:
+    """A secret written as the base64 of its text, however short (an unnamed run needs 32 characters)."""
+    for match in _BASE64_RUN.finditer(text):
+        value = match.group()
+        # Base64 of text mixes cases all but always; a run of one case is a word or a name.
+        decoded = _b64text(value) if _mixed_case(value) else None
+        if decoded is None:
+            continue
+        decoded = _nfkc(decoded)
+        finding = _scan(decoded, decode_base64=False) or _split_token(decoded)
+        if finding is not None:
+            return SecretFinding(finding.kind, *match.span())
+    return None
+
+
+def _hidden(text: str) -> SecretFinding | None:
+    """A secret written so that the plain scan misses it: split, hex- or base64-encoded, in ``text`` or
+    in how it reads (``_readings``). The span is the encoded run, or the whole text."""
+    finding = _split_token(text) or _hex_encoded(text) or _base64_encoded(text)
+    if finding is not None:
+        return finding
+    for reading in _readings(text):
+        finding = (
+            _scan(reading, decode_base64=True)
+            or _split_token(reading)
+            or _hex_encoded(reading)
+            or _base64_encoded(reading)
+        )
+        if finding is not None:
+            return SecretFinding(finding.kind, 0, len(text))
+    return None
+
+
+# Printable, yet they show nothing: variation selectors, the combining grapheme joiner, Mongolian and
+# Khmer marks that are default-ignorable, and the blank fillers.
+_IGNORABLE = re.compile(
+    "[\u034f\u17b4\u17b5\u180b-\u180f\ufe00-\ufe0f\U000e0100-\U000e01ef" + "".join(sorted(INVISIBLE)) + "]"
+)
+_PERCENT_ESCAPE = re.compile(r"%[0-9A-Fa-f]{2}")
+
+
+def _readings(text: str) -> Iterator[str]:
+    """How ``text`` reads to a person or a program when it differs from ``text``: without its invisible
+    and format characters, then with percent-encoding undone, once and twice (never more)."""
+    reading = _visible(text)
+    if reading != text:
+        yield reading
+    for _ in range(2):
+        if not _PERCENT_ESCAPE.search(reading):
+            return
+        reading = _visible(_nfkc(unquote(reading)))
+        yield reading
+
+
+def _visible(text: str) -> str:
+    """``text`` without the characters that show nothing: format characters (zero-width, soft hyphen,
+    bidirectional controls, tags), controls but whitespace, and the ``_IGNORABLE`` ones."""
+    if not text.isascii():
+        text = _IGNORABLE.sub("", text)
+    if text.isprintable() or "".join(text.split()).isprintable():
+        return text
+    return "".join(ch for ch in text if ch.isprintable() or ch.isspace())
 
 
 def _named_value(text: str, lowered: str) -> SecretFinding | None:
@@ -515,7 +754,7 @@ def _high_entropy_run(text: str, decode_base64: bool) -> SecretFinding | None:
             urls = [m.span() for m in _URL.finditer(text)] if has_url else []
         if any(start <= match.start() < end for start, end in urls):
             continue
-        if _HEX.fullmatch(value) or _BITCOIN.fullmatch(value) or _is_words(value):
+        if _HEX.fullmatch(value) or _BITCOIN.fullmatch(value) or _is_words(value) or _is_digest(value):
             continue
         if _switch_ratio(value) < 0.3 or _entropy(value.rstrip("=")) < 4.0:
             continue
@@ -531,10 +770,32 @@ def _is_words(value: str) -> bool:
     return len(parts) > 1 and all(_WORDISH.fullmatch(part) for part in parts)
 
 
+_DIGEST = re.compile(r"sha(1|256|384|512)-([A-Za-z0-9+/]+={0,2})")
+_DIGEST_BYTES = {"1": 20, "256": 32, "384": 48, "512": 64}
+
+
+def _is_digest(value: str) -> bool:
+    """True for an integrity hash (``sha512-…`` in a lock file, ``integrity="sha384-…"`` in HTML): base64
+    of exactly as many bytes as its digest has."""
+    match = _DIGEST.fullmatch(value)
+    if match is None:
+        return False
+    raw = _b64decode(match.group(2))
+    return raw is not None and len(raw) == _DIGEST_BYTES[match.group(1)]
+
+
+# A file's first bytes: base64 that starts so is an image, a font or a document (a ``data:`` URI).
+_FILE_SIGNATURES = (
+    b"\x89PNG\r\n\x1a\n", b"\xff\xd8\xff", b"GIF87a", b"GIF89a", b"RIFF", b"\x00\x00\x01\x00",
+    b"%PDF-", b"wOFF", b"wOF2",
+)  # fmt: skip
+
+
 def _harmless_encoding(value: str, decode_base64: bool) -> bool:
-    """True for base64 of an SSH public key, or of plain text with no secret in it (a file name)."""
+    """True for base64 of an SSH public key or of a file (an image), or of plain text with no secret in
+    it (a file name)."""
     raw = _b64decode(value)
-    if raw is not None and _SSH_KEY_BLOB.match(raw):
+    if raw is not None and (_SSH_KEY_BLOB.match(raw) or raw.startswith(_FILE_SIGNATURES)):
         return True
     decoded = _b64text(value)
     if decoded is None or not decode_base64 or _USER_AND_PASSWORD.fullmatch(decoded):
