@@ -1,7 +1,8 @@
-"""The expiry sweep: open invocations past their deadline resolve ``expired`` (tool.device_offline).
+"""The expiry sweep: open invocations past their deadline resolve ``expired`` (tool.device_offline), and
+console sign-ins past theirs are deleted.
 
 Readers expire what they find overdue themselves; the sweep catches the rest, at start-up and then on
-an interval, tenant by tenant.
+an interval, tenant by tenant (sign-ins once a minute: they live ten).
 """
 
 from __future__ import annotations
@@ -10,11 +11,13 @@ import asyncio
 import logging
 
 from tapgate import faults, tasks
+from tapgate.services.console import sweep_sign_ins
 from tapgate.services.context import Context
 from tapgate.services.endings import expire
 
 log = logging.getLogger(__name__)
 BATCH = 200
+SIGN_INS_EVERY = 60.0  # seconds between two deletions of expired console sign-ins
 
 
 async def sweep(ctx: Context) -> int:
@@ -36,13 +39,20 @@ async def sweep(ctx: Context) -> int:
 
 async def run_sweeper(ctx: Context, interval: float) -> None:
     """Sweep at once, then every ``interval`` seconds, until cancelled; a failed sweep is logged."""
+    rounds_per_sign_in_sweep = max(1, round(SIGN_INS_EVERY / interval)) if interval > 0 else 1
+    rounds = 0
     while True:
         try:
             expired = await sweep(ctx)
             if expired:
                 log.info("expired overdue invocations", extra={"count": expired})
+            if rounds % rounds_per_sign_in_sweep == 0:
+                deleted = await sweep_sign_ins(ctx)
+                if deleted:
+                    log.info("deleted expired console sign-ins", extra={"count": deleted})
         except Exception as e:
             log.error("expiry sweep failed", extra={"error": type(e).__name__})
+        rounds += 1
         await asyncio.sleep(interval)
 
 
