@@ -384,16 +384,6 @@ async def test_a_phone_sign_ins_token_never_signs_a_browser_in_through_the_link_
         assert done.status_code == 303 and done.headers["location"] == "/console/devices"
 
 
-async def test_a_phone_sign_in_completes_only_in_the_browser_that_started_it(ana: Person) -> None:
-    async with browser_at(ana) as started, browser_at(ana) as other:
-        await approve_on_phone(ana, await start_phone_sign_in(started))
-        await start_phone_sign_in(other)  # a sign-in of its own, not approved
-        assert (await other.post("/console/sign-in/finish")).status_code == 410
-        assert (await other.get("/console/devices")).status_code == 303
-        assert (await started.post("/console/sign-in/finish")).status_code == 303
-        assert (await started.get("/console/devices")).status_code == 200
-
-
 async def test_an_operators_link_never_opens_from_another_origin_and_stays_usable(ana: Person) -> None:
     path = "/" + await ana.link()
     for headers in ({"origin": "https://evil.example"}, {"origin": "null"}, {"sec-fetch-site": "cross-site"}):

@@ -103,7 +103,7 @@ def check_origin(request: Request, public_url: str) -> None:
     origin = request.headers.get("origin")
     if origin is not None:
         parts = urlsplit(origin)
-        if origin == "null" or _origin(parts.scheme, parts.netloc) not in own_origins(request, public_url):
+        if _origin(parts.scheme, parts.netloc) not in own_origins(request, public_url):  # "null" too
             raise Forbidden(_CROSS_SITE)
         return
     site = request.headers.get("sec-fetch-site")
