@@ -404,7 +404,9 @@ async def test_a_console_form_posted_from_another_origin_changes_nothing(ana: Pe
     for headers in (
         {"origin": "https://evil.example"},
         {"origin": "null"},
+        {"origin": "null", "sec-fetch-site": "cross-site"},
         {"origin": "http://tapgate.test.evil.example"},
+        {"origin": "https://evil.example", "sec-fetch-site": "same-origin"},
         {"sec-fetch-site": "cross-site"},
         {"sec-fetch-site": "same-site"},
     ):
@@ -413,7 +415,11 @@ async def test_a_console_form_posted_from_another_origin_changes_nothing(ana: Pe
         )
         assert r.status_code == 403, (headers, r.text)
         assert (await ana.call())["status"] == "pending"  # not paused
-    for headers in ({"origin": "http://tapgate.test"}, {"sec-fetch-site": "same-origin"}):
+    for headers in (
+        {"origin": "http://tapgate.test"},
+        {"sec-fetch-site": "same-origin"},
+        {"origin": "null", "sec-fetch-site": "same-origin"},  # a same-origin form under no-referrer
+    ):
         r = await ana.client.post(
             "/console/agents/pause", content=body, headers={"content-type": FORM, **headers}
         )

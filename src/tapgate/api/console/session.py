@@ -97,17 +97,20 @@ def own_origins(request: Request, public_url: str) -> set[str]:
 
 def check_origin(request: Request, public_url: str) -> None:
     """Raise Forbidden unless a posted form comes from one of the gateway's own pages: its Origin is one
-    of ``own_origins``, or, without an Origin, its Sec-Fetch-Site says same-origin (or none: typed by the
-    person). A request with neither header is not a browser's (every current browser sends one on a
-    POST) and is judged by its CSRF token or one-time link alone."""
+    of ``own_origins``; or its Origin is hidden (``null``, as a browser sends under the console's
+    no-referrer policy) and its Sec-Fetch-Site says same-origin (or none: the person's own typing). A
+    request with neither header is not a browser's (every current browser sends one on a POST) and is
+    judged by its CSRF token or one-time link alone."""
     origin = request.headers.get("origin")
-    if origin is not None:
+    site = request.headers.get("sec-fetch-site")
+    if origin is not None and origin != "null":
         parts = urlsplit(origin)
-        if _origin(parts.scheme, parts.netloc) not in own_origins(request, public_url):  # "null" too
+        if _origin(parts.scheme, parts.netloc) not in own_origins(request, public_url):
             raise Forbidden(_CROSS_SITE)
         return
-    site = request.headers.get("sec-fetch-site")
-    if site is not None and site.lower() not in _SAME_SITE:
+    if site is None and origin is None:
+        return
+    if site is None or site.lower() not in _SAME_SITE:
         raise Forbidden(_CROSS_SITE)
 
 
