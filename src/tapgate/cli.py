@@ -145,6 +145,8 @@ max_devices_per_user = 10
 max_open_confirmations = 5
 require_device_signature = true              # a user token alone neither approves nor pairs a device
 notice_text = false
+console_agent_token_days = 90                # the longest life of an agent token made in the console
+console_sign_ins_per_address = 20            # console sign-ins one address may start in 10 minutes
 relay_secret = "{secrets.token_urlsafe(32)}"
 
 [push_relays]                                  # push kind -> your relay's URL, e.g.
