@@ -13,6 +13,7 @@ import pytest
 from tapgate.adapters.clock import FrozenClock
 from tapgate.config import Settings
 from tapgate.domain.approvals import sign_decision, signed_text
+from tapgate.domain.console import describe_browser, same_network
 from tests.conftest import asgi_client
 from tests.world import LAMP, Key, World, bearer, device_body, new_key
 
@@ -451,6 +452,8 @@ async def test_console_sessions_are_listed_with_the_persons_tokens_and_revoked_l
         assert row["token_id"] == session_id
         assert row["signed_in_by"] == "ana-phone" and row["user_id"] == "ana"
         assert row["created_at"] and row["expires_at"] and row["last_used_at"]
+        sessions_page = (await browser.get("/console/sessions")).text
+        assert "<td>ana-phone</td>" in sessions_page and "just now" in sessions_page
         everyone = await ana.client.get("/v1/tokens?kind=console_session", headers=bearer(ana.world.operator))
         assert [t["token_id"] for t in everyone.json()["tokens"]] == [session_id]
         r = await ana.client.delete(f"/v1/tokens/{session_id}", headers=bearer(ana.tokens["user"]))
@@ -584,3 +587,17 @@ async def test_the_console_login_card_shows_the_address_the_server_saw_not_the_b
         approval = await approve_on_phone(ana, await start_phone_sign_in(near))
     fields = {f["label"]: f["value"] for f in approval["preview"]["fields"]}
     assert fields["Requested"] == "on this phone's network (127.0.0.1)"
+
+
+def test_two_addresses_are_one_network_only_when_one_router_or_one_local_network_could_hold_both() -> None:
+    assert same_network("203.0.113.9", "203.0.113.9")  # one home router, seen from outside
+    assert same_network("192.168.1.20", "192.168.1.77")  # one local network
+    assert same_network("2001:db8:1:2::5", "2001:db8:1:2:abcd::9")  # one IPv6 /64
+    assert not same_network("81.2.69.142", "81.2.69.143")  # neighbours at one provider are not
+    assert not same_network("192.168.1.20", "192.168.2.20")
+    assert not same_network("2001:db8:1:2::5", "2001:db8:1:3::5")
+    assert not same_network("10.0.0.1", "::ffff:10.0.0.1") and not same_network("", "")
+    assert describe_browser("Mozilla/5.0 (iPhone; CPU iPhone OS 17_0) Version/17.0 Mobile Safari/604.1") == (
+        "Safari on iOS"
+    )
+    assert describe_browser("curl/8.5.0 <script>") == "an unknown browser"
