@@ -109,7 +109,7 @@ async def _guard(request: Request, action: Callable[[], Awaitable[Response]]) ->
     """Run a page: a POST from another site is refused before anything; no session goes to sign-in; a
     refusal is shown in the house's words."""
     try:
-        if request.method != "GET":
+        if request.method not in ("GET", "HEAD"):
             check_origin(request, gateway(request).public_url)
         return await action()
     except Unauthenticated:
