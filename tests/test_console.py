@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import re
+import time
 from collections.abc import AsyncIterator
 from datetime import timedelta
 from typing import Any
@@ -528,6 +530,21 @@ async def test_expired_console_sign_ins_are_deleted_by_the_sweep(ana: Person, cl
     assert await gateway.sweep_sign_ins() == 3
     async with gateway.store.unit_of_work("acme") as uow:
         assert [await uow.sign_ins.get(s) for s in started] == [None, None, None]
+
+
+async def test_the_gateways_own_sweep_deletes_a_sign_in_within_a_minute_of_its_end(
+    ana: Person, clock: FrozenClock
+) -> None:
+    gateway = ana.client.app.state.gateway  # type: ignore[attr-defined]
+    started = await start_phone_sign_in(ana.client)
+    clock.advance(11 * 60)  # past its end, and past the minute since the sweep last deleted sign-ins
+    deadline = time.monotonic() + 15
+    while True:
+        async with gateway.store.unit_of_work("acme") as uow:
+            if await uow.sign_ins.get(started) is None:
+                break
+        assert time.monotonic() < deadline, "the background sweep did not delete the expired sign-in"
+        await asyncio.sleep(0.05)
 
 
 async def test_one_address_holds_only_so_many_open_sign_ins(sqlite_url: str, clock: FrozenClock) -> None:

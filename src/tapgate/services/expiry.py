@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from datetime import timedelta
 
 from tapgate import faults, tasks
 from tapgate.services.console import sweep_sign_ins
@@ -17,7 +18,7 @@ from tapgate.services.endings import expire
 
 log = logging.getLogger(__name__)
 BATCH = 200
-SIGN_INS_EVERY = 60.0  # seconds between two deletions of expired console sign-ins
+SIGN_INS_EVERY = timedelta(minutes=1)  # between two deletions of expired console sign-ins
 
 
 async def sweep(ctx: Context) -> int:
@@ -39,20 +40,20 @@ async def sweep(ctx: Context) -> int:
 
 async def run_sweeper(ctx: Context, interval: float) -> None:
     """Sweep at once, then every ``interval`` seconds, until cancelled; a failed sweep is logged."""
-    rounds_per_sign_in_sweep = max(1, round(SIGN_INS_EVERY / interval)) if interval > 0 else 1
-    rounds = 0
+    sign_ins_due = ctx.clock.now()
     while True:
         try:
             expired = await sweep(ctx)
             if expired:
                 log.info("expired overdue invocations", extra={"count": expired})
-            if rounds % rounds_per_sign_in_sweep == 0:
+            now = ctx.clock.now()
+            if now >= sign_ins_due:
+                sign_ins_due = now + SIGN_INS_EVERY
                 deleted = await sweep_sign_ins(ctx)
                 if deleted:
                     log.info("deleted expired console sign-ins", extra={"count": deleted})
         except Exception as e:
             log.error("expiry sweep failed", extra={"error": type(e).__name__})
-        rounds += 1
         await asyncio.sleep(interval)
 
 
