@@ -18,6 +18,7 @@ import pytest
 
 from tapgate.config import Settings
 from tapgate.domain.approvals import sign_decision, signed_text
+from tapgate.domain.console import SignInKind
 from tests.conftest import asgi_client
 from tests.passkey_authenticator import SoftAuthenticator
 from tests.reliability import report
@@ -276,7 +277,7 @@ class Matrix:
         elif template == "/v1/console/sign-ins/{sign_in_id}/ask":
             gateway = self.client.app.state.gateway  # type: ignore[attr-defined]
             sign_in, _ = await gateway.start_console_sign_in(
-                "globex" if caller.owner == "tom" else "acme", ""
+                "globex" if caller.owner == "tom" else "acme", "", f"192.0.2.{secrets.randbelow(250)}"
             )
             path = path.replace("{sign_in_id}", sign_in.sign_in_id)
         elif template == "/v1/users/{user_id}/user-verification":
@@ -408,3 +409,33 @@ def _foreign_value(template: str, parameter: str, path: str) -> str:
     found = re.fullmatch(pattern, path)
     assert found, (template, path)
     return found.group("v")
+
+
+async def test_a_console_session_is_ended_by_the_callers_that_end_anas_tokens_and_is_unknown_to_the_rest(
+    matrix: Matrix,
+) -> None:
+    """``DELETE /v1/tokens/{token_id}`` on a console session of ana's: her own user token and her
+    tenant's operator end it; another person's (or tenant's) caller gets the answer an unknown id gets."""
+    gateway = matrix.client.app.state.gateway  # type: ignore[attr-defined]
+    operator = await gateway.authenticate(matrix.tokens["operator"])
+    rule = RULES[("DELETE", "/v1/tokens/{token_id}")]
+    wrong = []
+    for caller in CALLERS:
+        link = await gateway.console_link(operator, "ana")
+        session = (await gateway.finish_console_sign_in(link.rsplit("/", 1)[1], SignInKind.LINK, "")).session
+        path = f"/v1/tokens/{session.session_id}"
+        status, answer = await matrix.send("DELETE", path, None, caller)
+        expected = rule.expect(caller)
+        if not ((200 <= status < 300) if expected == "ok" else status == expected):
+            wrong.append((caller.name, expected, status))
+            continue
+        live = [t.token_id for t in await gateway.list_user_tokens(operator, "ana")]
+        assert (session.session_id in live) == (expected != "ok"), caller.name
+        if expected == 404:
+            fake = f"{secrets.token_hex(8)}"
+            unknown = await matrix.send("DELETE", f"/v1/tokens/{fake}", None, caller)
+            assert (unknown[0], _normalise(unknown[1], fake)) == (
+                status,
+                _normalise(answer, session.session_id),
+            )
+    assert not wrong, wrong

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import re
+import time
 from collections.abc import AsyncIterator
+from datetime import timedelta
 from typing import Any
 
 import httpx
@@ -12,6 +15,7 @@ import pytest
 from tapgate.adapters.clock import FrozenClock
 from tapgate.config import Settings
 from tapgate.domain.approvals import sign_decision, signed_text
+from tapgate.domain.console import describe_browser, same_network
 from tests.conftest import asgi_client
 from tests.world import LAMP, Key, World, bearer, device_body, new_key
 
@@ -324,3 +328,293 @@ async def test_a_token_for_another_persons_agent_cannot_be_revoked_from_the_cons
     r = await ana.post(f"/console/agents/tokens/{bob_token_id}/revoke", {})
     assert r.status_code == 404
     assert (await ana.client.get("/v1/tools", headers=bearer(bobs))).status_code == 200
+
+
+# who may sign in, from where, and how much an open sign-in page may cost
+
+
+def browser_at(ana: Person, address: str = "127.0.0.1", **headers: str) -> httpx.AsyncClient:
+    """Another browser on the same gateway, its requests coming from ``address``."""
+    app = ana.client.app  # type: ignore[attr-defined]
+    transport = httpx.ASGITransport(app=app, client=(address, 40000))
+    return httpx.AsyncClient(transport=transport, base_url="http://tapgate.test", headers=headers)
+
+
+async def start_phone_sign_in(browser: httpx.AsyncClient, tenant: str = "acme") -> str:
+    page = await browser.get("/console/sign-in", params={"tenant": tenant})
+    assert page.status_code == 200, page.text
+    found = re.search(rf"#console={tenant}\.([0-9a-f]{{16}})", page.text)
+    assert found is not None
+    return found.group(1)
+
+
+async def approve_on_phone(ana: Person, sign_in_id: str) -> dict[str, Any]:
+    asked = await ana.client.post(
+        f"/v1/console/sign-ins/{sign_in_id}/ask", headers=bearer(ana.tokens["phone"])
+    )
+    assert asked.status_code == 201, asked.text
+    approval: dict[str, Any] = asked.json()
+    r = await ana.client.post(
+        f"/v1/approvals/{approval['id']}",
+        json={"decision": "approved", "signature": ana.sign(approval, "approved")},
+        headers=bearer(ana.tokens["phone"]),
+    )
+    assert r.status_code == 200, r.text
+    return approval
+
+
+async def signed_in_by_phone(ana: Person, browser: httpx.AsyncClient) -> str:
+    """``browser`` signs in with the phone's yes; the session's id."""
+    await approve_on_phone(ana, await start_phone_sign_in(browser))
+    done = await browser.get("/console/sign-in/status", headers={"hx-request": "true"})
+    assert done.headers.get("hx-redirect") == "/console/devices", done.text
+    html = (await browser.get("/console/sessions")).text
+    mine = re.search(r"/console/sessions/([0-9a-f]{16})/revoke[^<]*<input[^>]*>\s*<button[^>]*>End", html)
+    assert mine is not None
+    return mine.group(1)
+
+
+async def test_a_phone_sign_ins_token_never_signs_a_browser_in_through_the_link_route(ana: Person) -> None:
+    async with browser_at(ana) as attacker, browser_at(ana) as victim:
+        await approve_on_phone(ana, await start_phone_sign_in(attacker))
+        token = attacker.cookies["tapgate_console_sign_in"]  # the attacker's own approved sign-in
+        planted = await victim.post(f"/console/link/{token}", content=b"", headers={"content-type": FORM})
+        assert planted.status_code == 410, planted.text
+        assert "tapgate_console" not in victim.cookies
+        assert (await victim.get("/console/devices")).headers["location"] == "/console/sign-in"
+        # it is spent by nobody: it still completes, in the browser that started it
+        done = await attacker.post("/console/sign-in/finish")
+        assert done.status_code == 303 and done.headers["location"] == "/console/devices"
+
+
+async def test_an_operators_link_never_opens_from_another_origin_and_stays_usable(ana: Person) -> None:
+    path = "/" + await ana.link()
+    for headers in ({"origin": "https://evil.example"}, {"origin": "null"}, {"sec-fetch-site": "cross-site"}):
+        r = await ana.client.post(path, content=b"", headers={"content-type": FORM, **headers})
+        assert r.status_code == 403, (headers, r.text)
+        assert "sent from another site" in r.text
+        assert "tapgate_console" not in ana.client.cookies
+    r = await ana.client.post(
+        path, content=b"", headers={"content-type": FORM, "origin": "http://tapgate.test"}
+    )
+    assert r.status_code == 303 and r.headers["location"] == "/console/devices"
+
+
+async def test_a_console_form_posted_from_another_origin_changes_nothing(ana: Person) -> None:
+    await ana.sign_in_by_link()
+    csrf = ana.csrf(await ana.page("/console/devices"))
+    body = str(httpx.QueryParams({"paused": "true", "csrf": csrf})).encode()
+    for headers in (
+        {"origin": "https://evil.example"},
+        {"origin": "null"},
+        {"origin": "null", "sec-fetch-site": "cross-site"},
+        {"origin": "http://tapgate.test.evil.example"},
+        {"origin": "https://evil.example", "sec-fetch-site": "same-origin"},
+        {"sec-fetch-site": "cross-site"},
+        {"sec-fetch-site": "same-site"},
+    ):
+        r = await ana.client.post(
+            "/console/agents/pause", content=body, headers={"content-type": FORM, **headers}
+        )
+        assert r.status_code == 403, (headers, r.text)
+        assert (await ana.call())["status"] == "pending"  # not paused
+    for headers in (
+        {"origin": "http://tapgate.test"},
+        {"sec-fetch-site": "same-origin"},
+        {"origin": "null", "sec-fetch-site": "same-origin"},  # a same-origin form under no-referrer
+    ):
+        r = await ana.client.post(
+            "/console/agents/pause", content=body, headers={"content-type": FORM, **headers}
+        )
+        assert r.status_code == 303, (headers, r.text)
+    assert (await ana.call())["status"] == "refused"
+
+
+async def test_the_gateways_public_url_is_its_own_origin_too(sqlite_url: str, clock: FrozenClock) -> None:
+    settings = Settings(
+        database_url=sqlite_url,
+        device_channel_enabled=True,
+        device_sms_enabled=True,
+        public_url="https://gw.example",
+    )
+    async with asgi_client(settings, clock) as client:
+        ana = await Person(await World(client).start()).build()
+        path = "/" + await ana.link()
+        r = await client.post(
+            path, content=b"", headers={"content-type": FORM, "origin": "https://gw.example:443"}
+        )
+        assert r.status_code == 303, r.text
+
+
+async def test_console_sessions_are_listed_with_the_persons_tokens_and_revoked_like_one(ana: Person) -> None:
+    async with browser_at(ana) as browser:
+        session_id = await signed_in_by_phone(ana, browser)
+        listed = await ana.client.get("/v1/users/ana/tokens", headers=bearer(ana.tokens["user"]))
+        [row] = [t for t in listed.json()["tokens"] if t["kind"] == "console_session"]
+        assert row["token_id"] == session_id
+        assert row["signed_in_by"] == "ana-phone" and row["user_id"] == "ana"
+        assert row["created_at"] and row["expires_at"] and row["last_used_at"]
+        sessions_page = (await browser.get("/console/sessions")).text
+        assert "<td>ana-phone</td>" in sessions_page and "just now" in sessions_page
+        everyone = await ana.client.get("/v1/tokens?kind=console_session", headers=bearer(ana.world.operator))
+        assert [t["token_id"] for t in everyone.json()["tokens"]] == [session_id]
+        r = await ana.client.delete(f"/v1/tokens/{session_id}", headers=bearer(ana.tokens["user"]))
+        assert r.status_code == 204, r.text
+        assert (await browser.get("/console/devices")).headers["location"] == "/console/sign-in"
+        listed = await ana.client.get("/v1/users/ana/tokens", headers=bearer(ana.tokens["user"]))
+        assert [t["kind"] for t in listed.json()["tokens"]].count("console_session") == 0
+        again = await ana.client.delete(f"/v1/tokens/{session_id}", headers=bearer(ana.tokens["user"]))
+        assert again.status_code == 404
+
+
+async def test_an_operator_ends_a_persons_console_session(ana: Person) -> None:
+    async with browser_at(ana) as browser:
+        session_id = await signed_in_by_phone(ana, browser)
+        r = await ana.client.delete(f"/v1/tokens/{session_id}", headers=bearer(ana.world.operator))
+        assert r.status_code == 204, r.text
+        assert (await browser.get("/console/agents")).status_code == 303
+
+
+async def test_another_persons_console_session_is_not_theirs_to_list_or_end(ana: Person) -> None:
+    bob = await ana.world.person("bob")
+    async with browser_at(ana) as browser:
+        session_id = await signed_in_by_phone(ana, browser)
+        assert (await ana.client.get("/v1/users/ana/tokens", headers=bearer(bob))).status_code == 404
+        r = await ana.client.delete(f"/v1/tokens/{session_id}", headers=bearer(bob))
+        assert r.status_code == 404, r.text
+        agent = await ana.client.delete(f"/v1/tokens/{session_id}", headers=bearer(ana.tokens["agent"]))
+        assert agent.status_code == 403
+        assert (await browser.get("/console/devices")).status_code == 200
+
+
+async def test_removing_the_device_that_signed_a_session_in_ends_that_session(ana: Person) -> None:
+    await ana.sign_in_by_link()  # a session no device signed in
+    async with browser_at(ana) as browser:
+        await signed_in_by_phone(ana, browser)
+        r = await ana.client.delete("/v1/users/ana/devices/ana-phone", headers=bearer(ana.world.operator))
+        assert r.status_code == 204, r.text
+        assert (await browser.get("/console/devices")).headers["location"] == "/console/sign-in"
+    assert (await ana.client.get("/console/devices")).status_code == 200  # the link's session stays
+    assert "console.session_revoked" in await ana.page("/console/audit")
+
+
+async def test_an_agent_token_made_in_the_console_expires_and_names_its_session(
+    ana: Person, clock: FrozenClock
+) -> None:
+    async with browser_at(ana) as browser:
+        session_id = await signed_in_by_phone(ana, browser)
+        csrf = ana.csrf((await browser.get("/console/agents")).text)
+        page = (await browser.get("/console/agents")).text
+        assert re.findall(r'<option value="([^"]*)"', page) == ["1h", "1d", "30d", "90d"]
+        assert 'value="90d" selected' in page
+        for expires in ("", "never", "365d"):
+            body = str(httpx.QueryParams({"agent_id": "planner", "csrf": csrf, "expires": expires})).encode()
+            r = await browser.post("/console/agents/tokens", content=body, headers={"content-type": FORM})
+            if expires:
+                assert r.status_code == 422 and "expires must be one of 1h, 1d, 30d, 90d" in r.text
+            else:
+                assert r.status_code == 200, r.text
+        listed = await ana.client.get("/v1/users/ana/tokens", headers=bearer(ana.tokens["user"]))
+        [made] = [t for t in listed.json()["tokens"] if t["agent_id"] == "planner"]
+        assert made["console_session_id"] == session_id
+        assert made["expires_at"].startswith((clock.now() + timedelta(days=90)).date().isoformat())
+        assert "in this session" in (await browser.get("/console/agents")).text
+
+
+async def test_expired_console_sign_ins_are_deleted_by_the_sweep(ana: Person, clock: FrozenClock) -> None:
+    gateway = ana.client.app.state.gateway  # type: ignore[attr-defined]
+    started = [await start_phone_sign_in(ana.client) for _ in range(3)]
+    clock.advance(5 * 60)
+    assert await gateway.sweep_sign_ins() == 0
+    clock.advance(6 * 60)
+    assert await gateway.sweep_sign_ins() == 3
+    async with gateway.store.unit_of_work("acme") as uow:
+        assert [await uow.sign_ins.get(s) for s in started] == [None, None, None]
+
+
+async def test_the_gateways_own_sweep_deletes_a_sign_in_within_a_minute_of_its_end(
+    ana: Person, clock: FrozenClock
+) -> None:
+    gateway = ana.client.app.state.gateway  # type: ignore[attr-defined]
+    started = await start_phone_sign_in(ana.client)
+    clock.advance(11 * 60)  # past its end, and past the minute since the sweep last deleted sign-ins
+    deadline = time.monotonic() + 15
+    while True:
+        async with gateway.store.unit_of_work("acme") as uow:
+            if await uow.sign_ins.get(started) is None:
+                break
+        assert time.monotonic() < deadline, "the background sweep did not delete the expired sign-in"
+        await asyncio.sleep(0.05)
+
+
+async def test_one_address_holds_only_so_many_open_sign_ins(sqlite_url: str, clock: FrozenClock) -> None:
+    settings = Settings(
+        database_url=sqlite_url,
+        device_channel_enabled=True,
+        device_sms_enabled=True,
+        console_sign_ins_per_address=3,
+    )
+    async with asgi_client(settings, clock) as client:
+        ana = await Person(await World(client).start()).build()
+        for _ in range(3):
+            await start_phone_sign_in(ana.client)
+        for tenant in ("acme", "nobody"):
+            refused = await ana.client.get("/console/sign-in", params={"tenant": tenant})
+            assert refused.status_code == 429 and int(refused.headers["retry-after"]) > 0
+            assert "Too many console sign-ins were started from your address" in refused.text
+        async with browser_at(ana, "203.0.113.9") as elsewhere:
+            await start_phone_sign_in(elsewhere)  # another address has its own
+        clock.advance(10 * 60 + 1)
+        await start_phone_sign_in(ana.client)  # the first ones have ended
+
+
+def _shape(html: str) -> str:
+    html = re.sub(r"data:image/svg\+xml;base64,[A-Za-z0-9+/=]+", "QR", html)
+    return re.sub(r"#console=[a-z0-9-]+\.[0-9a-f]{16}", "#console=T.ID", html).replace("nobody", "acme")
+
+
+async def test_an_unknown_tenants_sign_in_page_looks_like_a_known_ones(ana: Person) -> None:
+    async with browser_at(ana) as known, browser_at(ana) as unknown:
+        pages = [
+            await b.get("/console/sign-in", params={"tenant": t})
+            for b, t in ((known, "acme"), (unknown, "nobody"))
+        ]
+        assert [p.status_code for p in pages] == [200, 200]
+        assert _shape(pages[0].text) == _shape(pages[1].text)
+        assert pages[0].headers.keys() == pages[1].headers.keys()
+        polled = [await b.get("/console/sign-in/status") for b in (known, unknown)]
+        assert [p.status_code for p in polled] == [200, 200]
+        assert polled[0].text == polled[1].text and "Waiting for your phone" in polled[0].text
+        bad = await known.get("/console/sign-in", params={"tenant": "Not A Tenant"})
+        assert bad.status_code == 422
+
+
+async def test_the_console_login_card_shows_the_address_the_server_saw_not_the_browsers_words(
+    ana: Person,
+) -> None:
+    relayed = "Mozilla/5.0 (Macintosh; Intel Mac OS X 14_5) Chrome/126.0 Safari/537.36 Ana's MacBook"
+    async with browser_at(ana, "203.0.113.9", **{"user-agent": relayed}) as far:
+        approval = await approve_on_phone(ana, await start_phone_sign_in(far))
+    fields = {f["label"]: f["value"] for f in approval["preview"]["fields"]}
+    assert fields["Requested"] == "from another network: 203.0.113.9"
+    assert fields["Browser (as it says)"] == "Chrome on macOS"
+    assert "MacBook" not in str(approval)
+    assert "from another network: 203.0.113.9" in approval["prompt"]
+    async with browser_at(ana, "127.0.0.1") as near:
+        approval = await approve_on_phone(ana, await start_phone_sign_in(near))
+    fields = {f["label"]: f["value"] for f in approval["preview"]["fields"]}
+    assert fields["Requested"] == "on this phone's network (127.0.0.1)"
+
+
+def test_two_addresses_are_one_network_only_when_one_router_or_one_local_network_could_hold_both() -> None:
+    assert same_network("203.0.113.9", "203.0.113.9")  # one home router, seen from outside
+    assert same_network("192.168.1.20", "192.168.1.77")  # one local network
+    assert same_network("2001:db8:1:2::5", "2001:db8:1:2:abcd::9")  # one IPv6 /64
+    assert not same_network("81.2.69.142", "81.2.69.143")  # neighbours at one provider are not
+    assert not same_network("192.168.1.20", "192.168.2.20")
+    assert not same_network("2001:db8:1:2::5", "2001:db8:1:3::5")
+    assert not same_network("10.0.0.1", "::ffff:10.0.0.1") and not same_network("", "")
+    assert describe_browser("Mozilla/5.0 (iPhone; CPU iPhone OS 17_0) Version/17.0 Mobile Safari/604.1") == (
+        "Safari on iOS"
+    )
+    assert describe_browser("curl/8.5.0 <script>") == "an unknown browser"

@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import httpx
 import pytest
 import pytest_asyncio
 
@@ -42,11 +43,14 @@ def _tenant(home: Home) -> str:
     return home.operator.split("_")[1]
 
 
-async def _signed_in(browser: Browser, home: Home, phone: Phone, gateway: Gateway) -> Console:
+async def _signed_in(
+    browser: Browser, home: Home, phone: Phone, gateway: Gateway, user_agent: str | None = None
+) -> Console:
     """The computer opens /console, the phone scans its code (opens its link) and approves on its card."""
     from playwright.async_api import expect
 
-    context = await browser.new_context(viewport={"width": 1280, "height": 900})
+    extra = {"user_agent": user_agent} if user_agent else {}
+    context = await browser.new_context(viewport={"width": 1280, "height": 900}, **extra)
     page = await context.new_page()
     problems: list[str] = []
     page.on("pageerror", lambda error: problems.append(f"page error: {error}"))
@@ -193,3 +197,100 @@ async def test_every_console_page_works_by_keyboard_alone_and_passes_axe(
     await expect(page).to_have_url(re.compile(r"/console/agents$"))
     assert console.problems == []
     await page.context.close()
+
+
+RELAYED = (
+    "Mozilla/5.0 (Macintosh; Intel Mac OS X 14_5) AppleWebKit/537.36 Chrome/126.0 Safari/537.36 Ana's MacBook"
+)
+
+
+async def test_the_phones_card_says_where_the_sign_in_came_from_not_what_the_browser_calls_itself(
+    browser: Browser,
+    home: Home,
+    phone: Phone,
+    gateway: Gateway,
+) -> None:
+    from playwright.async_api import expect
+
+    console = await _signed_in(browser, home, phone, gateway, user_agent=RELAYED)
+    shown = phone.page.locator("#recent li", has_text="Console login")
+    await expect(shown.first).to_be_visible(timeout=WAIT_MS)
+    await console.page.context.close()
+    # the next sign-in's card, read before it is answered
+    context = await browser.new_context(user_agent=RELAYED)
+    page = await context.new_page()
+    await page.goto(f"{gateway.server.url}/console/sign-in?tenant={_tenant(home)}")
+    link = re.search(r"tapgate device login '([^']+)'", await page.content())
+    assert link is not None
+    await phone.page.goto(link.group(1))
+    card = phone.page.locator("article.card", has_text="Console login")
+    await expect(card).to_be_visible(timeout=WAIT_MS)
+    await expect(card).to_contain_text("on this phone's network (127.0.0.1)")
+    await expect(card).to_contain_text("Chrome on macOS")
+    assert "MacBook" not in await card.inner_text()
+    await phone.page.screenshot(path=artifact("console-login-card.png"))
+    await card.locator(".decline").click()
+    await expect(card).to_have_count(0, timeout=WAIT_MS)
+    await context.close()
+
+
+async def test_a_page_on_another_origin_cannot_sign_the_browser_in_or_post_a_console_form(
+    browser: Browser,
+    home: Home,
+    gateway: Gateway,
+) -> None:
+    """The login CSRF: another site's page posts an operator's one-time link of the attacker's own
+    account, then the sign-in finish form, in the victim's browser. Neither signs the browser in."""
+    from playwright.async_api import Route, expect
+
+    r = await home.client.post("/v1/users", json={"user_id": "mallory"}, headers=bearer(home.operator))
+    assert r.status_code == 201, r.text
+    link = await _operator_link(gateway, home, "mallory")
+    context = await browser.new_context()
+    posted: list[str] = []
+
+    async def attacker(route: Route) -> None:
+        target = (
+            link if route.request.url.endswith("/link") else f"{gateway.server.url}/console/sign-in/finish"
+        )
+        body = (
+            f'<!doctype html><form method="post" action="{target}"><input name="x" value="1"></form>'
+            "<script>document.forms[0].submit()</script>"
+        )
+        await route.fulfill(status=200, content_type="text/html", body=body)
+
+    await context.route("http://attacker.test/**", attacker)
+    page = await context.new_page()
+    page.on("request", lambda request: posted.append(request.url) if request.method == "POST" else None)
+    for path in ("/link", "/finish"):
+        async with page.expect_navigation(url=re.compile(r"^http://127\.0\.0\.1"), timeout=WAIT_MS):
+            await page.goto(f"http://attacker.test{path}")
+        assert not [c for c in await context.cookies() if c["name"] == "tapgate_console"], path
+        await expect(page.locator("body")).to_contain_text("This form was sent from another site")
+    assert len(posted) == 2  # both forms reached the gateway
+    await page.goto(f"{gateway.server.url}/console/devices")
+    await expect(page).to_have_url(re.compile(r"/console/sign-in$"))
+    await context.close()
+    # the link was not spent: its holder can still use it, from the gateway's own page
+    async with httpx.AsyncClient(timeout=30) as own:
+        used = await own.post(
+            link, content=b"", headers={"content-type": "application/x-www-form-urlencoded"}
+        )
+    assert used.status_code == 303 and used.headers["location"] == "/console/devices"
+
+
+async def _operator_link(gateway: Gateway, home: Home, user: str) -> str:
+    """What `tapgate console link` prints, made beside the running server."""
+    from tapgate.adapters.clock import SystemClock
+    from tapgate.adapters.store.sql import open_sql_store
+    from tapgate.adapters.wake.local import LocalWake
+    from tapgate.services import accounts, console
+    from tapgate.services.context import Context
+
+    store = open_sql_store(gateway.database_url)
+    try:
+        operator = await accounts.authenticate(store, home.operator)
+        token = await console.create_link(Context(store, SystemClock(), LocalWake()), operator, user)
+    finally:
+        await store.close()
+    return f"{gateway.server.url}/console/link/{token}"

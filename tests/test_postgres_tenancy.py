@@ -22,6 +22,7 @@ from tapgate.adapters.store.sql import open_sql_store
 from tapgate.adapters.store.tables import APPEND_ONLY_TABLES, TENANT_TABLES, metadata
 from tapgate.adapters.wake.local import LocalWake
 from tapgate.domain.approvals import Decision
+from tapgate.domain.console import SignInKind
 from tapgate.domain.passkeys import Passkey
 from tapgate.domain.principals import TokenKind
 from tapgate.services import (
@@ -129,7 +130,7 @@ async def _seed_devices(store: Any, clock: FrozenClock, operator: Any, user: str
         [approval] = [a for a in await uow.approvals.pending_for(user) if a.kind == "unlock_door"]
     denied = DecisionBody(Decision.DENIED, not_me=True)
     await approving.decide(ctx, operator, approval.approval_id, denied)
-    await console.finish_sign_in(ctx, await console.create_link(ctx, operator, user), "seed")
+    await console.finish_sign_in(ctx, await console.create_link(ctx, operator, user), SignInKind.LINK, "seed")
     async with store.unit_of_work(operator.tenant_id) as uow:  # passkeys (DESIGN §22)
         uid = enrolled.device.device_uid
         await uow.passkeys.add(Passkey(operator.tenant_id, "cred-seed", uid, user, "cose", 0, clock.now()))

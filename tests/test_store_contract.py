@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import re
 import typing
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -86,6 +87,18 @@ async def test_a_credential_round_trips_with_its_scopes_and_bindings(store: Stor
     async with store.unit_of_work(a) as uow:
         assert await uow.credentials.get("0123456789abcdef") == credential
         assert await uow.credentials.get("fedcba9876543210") is None
+    made_in_console = replace(
+        credential,
+        credential_id="00000000000000aa",
+        kind=TokenKind.AGENT,
+        agent_id="planner",
+        require_device_signature=None,
+        console_session_id="5" * 16,
+    )
+    async with store.unit_of_work(a) as uow:
+        await uow.credentials.add(made_in_console)
+    async with store.unit_of_work(a) as uow:
+        assert await uow.credentials.get("00000000000000aa") == made_in_console
 
 
 async def test_a_failed_unit_of_work_leaves_nothing(store: Store) -> None:

@@ -156,3 +156,80 @@ async def test_the_call_history_is_the_persons_newest_first_by_agent_and_status(
         done = await uow.invocations.history("ana", 10, None, "done")
         assert [i.invocation_id for i in done] == ["call-0"]
         assert await uow.invocations.history("bob", 10) == []
+
+
+async def test_expired_sign_ins_are_deleted_in_batches_and_only_they(store: Store) -> None:
+    tenant = await _world(store)
+    async with store.unit_of_work(tenant) as uow:
+        for n in range(5):
+            old = _sign_in(tenant, f"{n:016x}")
+            await uow.sign_ins.add(replace(old, expires_at=NOW + timedelta(minutes=n)))
+        fresh = replace(_sign_in(tenant, "f" * 16), address="203.0.113.9", approver_uid="9" * 16)
+        await uow.sign_ins.add(replace(fresh, approver_id="ana-phone"))
+    async with store.unit_of_work(tenant_name()) as uow:
+        assert await uow.sign_ins.delete_ended(NOW + timedelta(hours=1), 100) == 0  # another tenant's
+    later = NOW + timedelta(minutes=3, seconds=30)  # the first four have expired
+    async with store.unit_of_work(tenant) as uow:
+        assert await uow.sign_ins.delete_ended(later, 3) == 3
+        assert await uow.sign_ins.delete_ended(later, 3) == 1
+        assert await uow.sign_ins.delete_ended(later, 3) == 0
+    async with store.unit_of_work(tenant) as uow:
+        assert await uow.sign_ins.get(f"{3:016x}") is None
+        assert await uow.sign_ins.get(f"{4:016x}") is not None
+        kept = await uow.sign_ins.get("f" * 16)
+        assert kept is not None and kept.address == "203.0.113.9" and kept.approver_id == "ana-phone"
+
+
+async def test_a_decided_sign_in_keeps_the_device_that_signed_it(store: Store) -> None:
+    tenant = await _world(store)
+    async with store.unit_of_work(tenant) as uow:
+        await uow.sign_ins.add(_sign_in(tenant, status=SignInStatus.ASKED))
+        signed = replace(
+            _sign_in(tenant, status=SignInStatus.APPROVED), approver_uid="9" * 16, approver_id="ana-phone"
+        )
+        assert await uow.sign_ins.save(signed, SignInStatus.ASKED)
+    async with store.unit_of_work(tenant) as uow:
+        assert await uow.sign_ins.get("a" * 16) == signed
+
+
+async def test_live_sessions_are_listed_per_tenant_and_person_and_end_with_their_signer(store: Store) -> None:
+    tenant = await _world(store)
+    signer = "9" * 16
+    async with store.unit_of_work(tenant) as uow:
+        await uow.console_sessions.add(
+            replace(_session(tenant, "1" * 16), approver_uid=signer, approver_id="p")
+        )
+        await uow.console_sessions.add(replace(_session(tenant, "2" * 16, at=5), approver_uid=signer))
+        await uow.console_sessions.add(_session(tenant, "3" * 16, user="bob", at=10))
+        short = replace(_session(tenant, "4" * 16, at=15), expires_at=NOW + timedelta(minutes=1))
+        await uow.console_sessions.add(short)
+    async with store.unit_of_work(tenant) as uow:
+        assert [s.session_id for s in await uow.console_sessions.live(NOW)] == [
+            "1" * 16,
+            "2" * 16,
+            "3" * 16,
+            "4" * 16,
+        ]
+        later = NOW + timedelta(minutes=2)  # the short one has expired
+        assert [s.session_id for s in await uow.console_sessions.live(later, "ana")] == ["1" * 16, "2" * 16]
+        assert sorted(await uow.console_sessions.revoke_signed_by(signer, NOW)) == ["1" * 16, "2" * 16]
+        assert await uow.console_sessions.revoke_signed_by(signer, NOW) == []
+    async with store.unit_of_work(tenant_name()) as uow:
+        assert await uow.console_sessions.live(NOW) == []  # another tenant's
+    async with store.unit_of_work(tenant) as uow:
+        assert [s.session_id for s in await uow.console_sessions.live(NOW)] == ["3" * 16, "4" * 16]
+        ended = await uow.console_sessions.get("1" * 16)
+        assert ended is not None and ended.revoked_at == NOW and ended.approver_id == "p"
+
+
+async def test_a_sessions_last_use_only_moves_forward(store: Store) -> None:
+    tenant = await _world(store)
+    async with store.unit_of_work(tenant) as uow:
+        await uow.console_sessions.add(_session(tenant, "1" * 16))
+    async with store.unit_of_work(tenant) as uow:
+        await uow.console_sessions.touch("1" * 16, NOW + timedelta(minutes=5))
+        await uow.console_sessions.touch("1" * 16, NOW + timedelta(minutes=2))
+        await uow.console_sessions.touch("9" * 16, NOW)  # none: nothing happens
+    async with store.unit_of_work(tenant) as uow:
+        found = await uow.console_sessions.get("1" * 16)
+        assert found is not None and found.last_used_at == NOW + timedelta(minutes=5)

@@ -1113,7 +1113,8 @@ def test_run_shows_an_agents_notice_that_arrives_on_its_link_once(
 def test_device_login_signs_the_person_into_the_console_with_the_phones_key(person: Person) -> None:
     state = person.pair()
     tenant = person.operator.split("_")[1]
-    with httpx.Client(base_url=person.server.url, timeout=TIMEOUT) as browser:
+    relayed = {"user-agent": "Mozilla/5.0 (X11; Linux x86_64) Firefox/128.0 Ana's MacBook"}
+    with httpx.Client(base_url=person.server.url, timeout=TIMEOUT, headers=relayed) as browser:
         page = browser.get("/console/sign-in", params={"tenant": tenant})
         assert page.status_code == 200, page.text
         link = re.search(r"https?://[^\"'\s<]+/app/#console=[\w.-]+", page.text)
@@ -1121,6 +1122,9 @@ def test_device_login_signs_the_person_into_the_console_with_the_phones_key(pers
         signed = tapgate("device", "login", link.group(0), "--state", str(state), "--yes")
         assert signed.returncode == 0, signed.stderr
         assert "Signed in" in signed.stdout
+        # the card says where the request came from, as the server saw it, never the browser's own words
+        assert "on this phone's network (127.0.0.1)" in signed.stdout
+        assert "Firefox on Linux" in signed.stdout and "MacBook" not in signed.stdout
         done = browser.get("/console/sign-in/status", headers={"hx-request": "true"})
         assert done.headers.get("hx-redirect") == "/console/devices"
         assert browser.get("/console/devices").status_code == 200  # the session cookie works

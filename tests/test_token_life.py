@@ -10,10 +10,16 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tapgate.adapters.clock import FrozenClock
+from tapgate.adapters.clock import FrozenClock, SystemClock
+from tapgate.adapters.store.sql import open_sql_store
+from tapgate.adapters.wake.local import LocalWake
 from tapgate.config import Settings
 from tapgate.domain.accounts import Credential
-from tapgate.domain.principals import TokenKind
+from tapgate.domain.console import SignInKind
+from tapgate.domain.errors import Unauthenticated
+from tapgate.domain.principals import Principal, TokenKind
+from tapgate.services import console
+from tapgate.services.context import Context
 from tests.conftest import asgi_client
 from tests.live import tapgate
 from tests.world import bearer
@@ -219,3 +225,29 @@ def test_the_command_line_lists_and_revokes_tokens(tmp_path: Path) -> None:
     assert unknown.returncode == 1 and "no token" in unknown.stderr
     again = tapgate("token", "list", "--config", config, "--tenant", "default")
     assert [line.split("\t")[0] for line in again.stdout.strip().splitlines()[1:]] == [rows[1][0]]
+
+
+async def test_the_command_line_lists_and_ends_a_console_session(tmp_path: Path) -> None:
+    made = tapgate("init", "--dir", str(tmp_path))
+    assert made.returncode == 0, made.stderr
+    config = str(tmp_path / "tapgate.toml")
+    assert tapgate("user", "add", "ana", "--config", config).returncode == 0
+    store = open_sql_store(f"sqlite:///{tmp_path / 'tapgate.db'}")
+    try:
+        ctx = Context(store, SystemClock(), LocalWake())
+        operator = Principal("default", "test", TokenKind.OPERATOR, frozenset())
+        new = await console.finish_sign_in(
+            ctx, await console.create_link(ctx, operator, "ana"), SignInKind.LINK, ""
+        )
+        listed = tapgate("token", "list", "--config", config, "--tenant", "default", "--user", "ana")
+        assert listed.returncode == 0, listed.stderr
+        [row] = [line.split("\t") for line in listed.stdout.splitlines() if "console_session" in line]
+        assert row[0] == new.session.session_id and row[-1] == "operator link"
+        ended = tapgate("token", "revoke", "--config", config, "--tenant", "default", row[0])
+        assert ended.returncode == 0, ended.stderr
+        with pytest.raises(Unauthenticated):
+            await console.authenticate(ctx, new.cookie)
+        again = tapgate("token", "list", "--config", config, "--tenant", "default")
+        assert "console_session" not in again.stdout
+    finally:
+        await store.close()

@@ -22,7 +22,9 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from tapgate import __version__
 from tapgate.cli_console import console_app
 from tapgate.device.cli import device_app
+from tapgate.domain.accounts import ListedToken
 from tapgate.domain.audit import BrokenChain
+from tapgate.domain.console import CONSOLE_SESSION
 from tapgate.domain.errors import ConfigurationError, TapgateError
 from tapgate.domain.principals import Principal, TokenKind
 from tapgate.operator_commands import register as register_operator_commands
@@ -144,6 +146,8 @@ max_devices_per_user = 10
 max_open_confirmations = 5
 require_device_signature = true              # a user token alone neither approves nor pairs a device
 notice_text = false
+console_agent_token_days = 90                # the longest life of an agent token made in the console
+console_sign_ins_per_address = 20            # console sign-ins one address may start in 10 minutes
 relay_secret = "{secrets.token_urlsafe(32)}"
 
 [push_relays]                                  # push kind -> your relay's URL, e.g.
@@ -434,7 +438,9 @@ def token_list(
     user: Annotated[str | None, typer.Option(help="Only this user's tokens (default: every token).")] = None,
     config: ConfigOption = None,
 ) -> None:
-    """List live tokens, one a line: id, kind, user/agent, scopes, created, expires, last used. No secrets."""
+    """List live tokens and console sessions, one a line: id, kind, user/agent, scopes, created, expires,
+    last used, and what made it (a console session: the device that signed it in; an agent token made in
+    the console: that session). No secrets."""
     settings = _settings(config)
 
     async def work() -> list[str]:
@@ -451,22 +457,31 @@ def token_list(
         return [
             "\t".join(
                 (
-                    c.credential_id,
-                    c.kind.value,
+                    c.token_id,
+                    c.kind,
                     f"{c.user_id or '-'}/{c.agent_id or '-'}",
                     ",".join(sorted(c.scopes)) or "-",
                     c.created_at.isoformat(),
                     c.expires_at.isoformat() if c.expires_at else "never",
                     c.last_used_at.isoformat() if c.last_used_at else "never",
+                    _made_by(c),
                 )
             )
             for c in found
         ]
 
     lines = _run(work)
-    typer.echo("token_id\tkind\tuser/agent\tscopes\tcreated_at\texpires_at\tlast_used_at")
+    typer.echo("token_id\tkind\tuser/agent\tscopes\tcreated_at\texpires_at\tlast_used_at\tmade_by")
     for line in lines:
         typer.echo(line)
+
+
+def _made_by(listed: ListedToken) -> str:
+    if listed.signed_in_by:
+        return f"device:{listed.signed_in_by}"
+    if listed.console_session_id:
+        return f"console_session:{listed.console_session_id}"
+    return "operator link" if listed.kind == CONSOLE_SESSION else "-"
 
 
 @token_app.command("revoke")
@@ -475,7 +490,7 @@ def token_revoke(
     tenant: Annotated[str, typer.Option(help="The tenant.")],
     config: ConfigOption = None,
 ) -> None:
-    """Revoke a token now; every process refuses it within a second."""
+    """Revoke a token or console session now; every process refuses it within a second."""
     settings = _settings(config)
 
     async def work() -> None:

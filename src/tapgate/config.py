@@ -140,6 +140,8 @@ class Settings(BaseSettings):
     ws_max_frame_bytes: int = Field(65_536, ge=1024, le=16 * 1024 * 1024)
     max_streams_per_credential: int = Field(8, ge=1, le=10_000)
     retention_days: int = Field(30, ge=1, le=36_500)  # message bodies are erased after this many days
+    console_agent_token_days: int = Field(90, ge=1, le=3650)  # an agent token made in the console expires
+    console_sign_ins_per_address: int = Field(20, ge=1, le=10_000)  # open console sign-ins per address
     mcp_wait_seconds: float = Field(60, ge=0, le=300)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     # How a change committed by one gateway process wakes the waiters of the others (DESIGN §17): "local"

@@ -6,11 +6,11 @@ from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable, M
 from datetime import datetime
 from typing import Any, Protocol
 
-from tapgate.domain.accounts import Credential, User
+from tapgate.domain.accounts import ListedToken, User
 from tapgate.domain.audit import AuditEntry
-from tapgate.domain.console import ConsoleSession, SignIn
+from tapgate.domain.console import ConsoleSession, SignIn, SignInKind, SignInStarts
 from tapgate.domain.devices import Device
-from tapgate.domain.errors import Unauthenticated
+from tapgate.domain.errors import InvalidInput, Unauthenticated
 from tapgate.domain.events import Event
 from tapgate.domain.frames import DeviceResult
 from tapgate.domain.inbox import Approval
@@ -104,6 +104,7 @@ class Gateway:
         if self.policy_reloader is not None:
             self._background.append(self.policy_reloader)
         self._sweeper = Sweeper(self.ctx, sweep_seconds)
+        self._sign_in_starts = SignInStarts(self.ctx.limits.console_sign_ins_per_address)
         self.links = LiveLinks(self.ctx)  # the device links this process holds, renewed in batches
         self.verified = journal.VerifiedMarks()  # how far each tenant's chain is verified, for the console
         self.hands = HandedCalls(self.ctx)  # when the long-poll handed each call, written in batches
@@ -185,17 +186,20 @@ class Gateway:
         (``async with``); requests that hold it end then."""
         return TokenWatch(self.ctx, self.authenticate, token, lapsed)
 
-    async def list_user_tokens(self, caller: Principal, user_id: str) -> Sequence[Credential]:
+    async def list_user_tokens(self, caller: Principal, user_id: str) -> Sequence[ListedToken]:
+        """The user's live tokens and console sessions (kind ``console_session``)."""
         caller.require(TokenKind.OPERATOR, TokenKind.USER)
         await self._usage.flush()
-        return await tokens.list_for_user(self.store, caller, user_id)
+        return await tokens.list_for_user(self.store, self.clock, caller, user_id)
 
-    async def list_tokens(self, caller: Principal, kind: TokenKind | None) -> Sequence[Credential]:
+    async def list_tokens(self, caller: Principal, kind: str | None) -> Sequence[ListedToken]:
+        """The tenant's live tokens and console sessions of ``kind`` (every kind when None)."""
         caller.require(TokenKind.OPERATOR)
         await self._usage.flush()
-        return await tokens.list_for_tenant(self.store, caller, kind)
+        return await tokens.list_for_tenant(self.store, self.clock, caller, kind)
 
     async def revoke_token(self, caller: Principal, token_id: str) -> None:
+        """Revoke a token or a console session by its listed id. Raises NotFound, Conflict."""
         caller.require(TokenKind.OPERATOR, TokenKind.USER)
         await tokens.revoke(self.store, self.clock, caller, token_id)
 
@@ -389,6 +393,10 @@ class Gateway:
         """Expire every overdue invocation now (the background sweep does this on its own)."""
         return await sweep(self.ctx)
 
+    async def sweep_sign_ins(self) -> int:
+        """Delete the expired console sign-ins now (the background sweep does this every minute)."""
+        return await console.sweep_sign_ins(self.ctx)
+
     async def prune(self) -> Pruned:
         """Erase the message bodies older than retention_days now (a background sweep does it hourly)."""
         return await prune(self.ctx)
@@ -473,9 +481,14 @@ class Gateway:
 
     # the person's console
 
-    async def start_console_sign_in(self, tenant_id: str, browser: str) -> tuple[SignIn, str]:
-        """A sign-in a paired phone can approve, and the token only the starting browser keeps."""
-        return await console.start_phone_sign_in(self.ctx, tenant_id, browser)
+    async def start_console_sign_in(
+        self, tenant_id: str, user_agent: str, address: str
+    ) -> tuple[SignIn, str]:
+        """A sign-in a paired phone can approve, and the token only the starting browser keeps; at most
+        ``console_sign_ins_per_address`` open from one address in this process. Raises RateLimited."""
+        return await console.start_phone_sign_in(
+            self.ctx, self._sign_in_starts, tenant_id, user_agent, address
+        )
 
     def console_sign_in_url(self, sign_in: SignIn) -> str:
         """What the console's QR code carries: the browser app opens it and asks its person."""
@@ -487,15 +500,19 @@ class Gateway:
         token = await console.create_link(self.ctx, caller, user_id)
         return f"{(base_url or self.public_url).rstrip('/')}/console/link/{token}"
 
-    async def ask_console_sign_in(self, caller: DeviceCaller, sign_in_id: str) -> Approval:
-        """The phone that scanned the console's code opens the console_login approval it then signs."""
-        return await console.ask_phone(self.ctx, caller.principal, sign_in_id)
+    async def ask_console_sign_in(self, caller: DeviceCaller, sign_in_id: str, address: str) -> Approval:
+        """The phone that scanned the console's code (its request from ``address``) opens the
+        console_login approval it then signs."""
+        return await console.ask_phone(self.ctx, caller.principal, sign_in_id, address)
 
     async def console_sign_in_state(self, token: str) -> tuple[SignIn, Approval | None]:
         return await console.sign_in_state(self.ctx, token)
 
-    async def finish_console_sign_in(self, token: str, browser: str) -> console.NewSession:
-        return await console.finish_sign_in(self.ctx, token, browser)
+    async def finish_console_sign_in(
+        self, token: str, kind: SignInKind, user_agent: str
+    ) -> console.NewSession:
+        """The session an approved sign-in of ``kind`` opens, once. Raises Gone."""
+        return await console.finish_sign_in(self.ctx, token, kind, user_agent)
 
     async def console_session(self, cookie: str) -> tuple[ConsoleSession, str]:
         """The live session behind a console cookie, and the cookie's secret (its forms' CSRF key)."""
@@ -512,14 +529,22 @@ class Gateway:
 
     async def create_agent_token(
         self,
-        caller: Principal,
+        session: ConsoleSession,
         agent_id: str,
-        scopes: Iterable[str] | None = None,
-        expires_in_seconds: int | None = None,
+        scopes: Iterable[str] | None,
+        expires_in_seconds: int,
     ) -> accounts.NewToken:
-        """A person mints a token for an agent of their own (the console's Agents page)."""
+        """A person mints a token for an agent of their own in the console (its Agents page): it expires,
+        within ``console_agent_token_days``, and names the session that made it. Raises InvalidInput."""
+        caller = session.principal()
         caller.require(TokenKind.USER, scope=Scope.DEVICE_WRITE)
         assert caller.user_id is not None
+        longest = self.limits.console_agent_token_days * 86_400
+        if not 1 <= expires_in_seconds <= longest:
+            raise InvalidInput(
+                "expires",
+                f"A token made in the console lives at most {self.limits.console_agent_token_days} days.",
+            )
         return await accounts.create_token(
             self.store,
             self.clock,
@@ -530,6 +555,7 @@ class Gateway:
             agent_id,
             None,
             expires_in_seconds,
+            console_session_id=session.session_id,
         )
 
     async def pause_agents(self, caller: Principal, paused: bool) -> bool:

@@ -278,7 +278,11 @@ class SignIns(Protocol):
     async def get(self, sign_in_id: str) -> SignIn | None: ...
 
     async def save(self, sign_in: SignIn, was: SignInStatus) -> bool:
-        """Store ``sign_in`` if its row is still in status ``was``; False if another request moved it."""
+        """Store ``sign_in`` (its status, user, approval and approver) if its row is still in status
+        ``was``; False if another request moved it."""
+
+    async def delete_ended(self, now: datetime, limit: int) -> int:
+        """Delete up to ``limit`` sign-ins that expired before ``now``; how many."""
 
 
 class ConsoleSessions(Protocol):
@@ -291,6 +295,15 @@ class ConsoleSessions(Protocol):
 
     async def revoke(self, session_id: str, at: datetime) -> bool:
         """Revoke a live session; False if it was revoked already or does not exist."""
+
+    async def live(self, now: datetime, user_id: str | None = None) -> Sequence[ConsoleSession]:
+        """The tenant's (or the user's) sessions neither revoked nor expired at ``now``, oldest first."""
+
+    async def revoke_signed_by(self, approver_uid: str, at: datetime) -> Sequence[str]:
+        """Revoke every unrevoked session the device signed in; their ids."""
+
+    async def touch(self, session_id: str, at: datetime) -> None:
+        """Record when the session was last used (an older time never replaces a newer one)."""
 
 
 class Passkeys(Protocol):

@@ -41,7 +41,7 @@ class TokenView(BaseModel):
 
 
 class TokenInfo(BaseModel):
-    """A token as listed: what it may do and when it was used, never its secret."""
+    """A token or console session as listed: what it may do and when it was used, never its secret."""
 
     token_id: str
     kind: str
@@ -51,6 +51,13 @@ class TokenInfo(BaseModel):
     created_at: datetime
     expires_at: datetime | None
     last_used_at: datetime | None = Field(description="Updated at most once a minute")
+    signed_in_by: str | None = Field(
+        None,
+        description="A console_session: the device whose signature signed it in (none: an operator's link)",
+    )
+    console_session_id: str | None = Field(
+        None, description="An agent token made in the console: the console session that made it"
+    )
 
 
 class TokenList(BaseModel):

@@ -40,6 +40,7 @@ class Credential:
     revoked_at: datetime | None = None
     expires_at: datetime | None = None
     last_used_at: datetime | None = None
+    console_session_id: str | None = None  # an agent token made in the console: the session that made it
 
     def live(self, now: datetime) -> bool:
         """Neither revoked nor past its expiry at ``now``."""
@@ -56,4 +57,35 @@ class Credential:
             device_uid=self.device_uid,
             require_device_signature=self.require_device_signature,
             expires_at=self.expires_at,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ListedToken:
+    """One line of a token list: a bearer token, or a console session (kind ``console_session``), which
+    is as much a credential of the person's and is revoked the same way."""
+
+    token_id: str
+    kind: str
+    user_id: str | None
+    agent_id: str | None
+    scopes: frozenset[str]
+    created_at: datetime
+    expires_at: datetime | None
+    last_used_at: datetime | None
+    signed_in_by: str | None = None  # a console session: the device whose signature opened it
+    console_session_id: str | None = None  # an agent token: the console session that made it
+
+    @classmethod
+    def of(cls, credential: Credential) -> ListedToken:
+        return cls(
+            credential.credential_id,
+            credential.kind.value,
+            credential.user_id,
+            credential.agent_id,
+            frozenset(credential.scopes),
+            credential.created_at,
+            credential.expires_at,
+            credential.last_used_at,
+            console_session_id=credential.console_session_id,
         )

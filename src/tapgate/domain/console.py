@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import ipaddress
 import re
 import secrets
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from enum import StrEnum
 
+from tapgate.domain.accounts import ListedToken
 from tapgate.domain.errors import Conflict, Gone, Unauthenticated
 from tapgate.domain.principals import SCOPES_BY_KIND, Principal, TokenKind
 from tapgate.domain.tokens import hash_secret
@@ -28,6 +30,7 @@ SESSION_LIFETIME = timedelta(hours=12)
 SIGN_IN_LIFETIME = timedelta(minutes=10)
 LINK_LIFETIME = timedelta(minutes=15)
 COOKIE_NAME = "tapgate_console"
+CONSOLE_SESSION = "console_session"  # the kind a console session is listed as among the person's tokens
 _COOKIE_SHAPE = re.compile(r"^tgc_([a-z0-9]+(?:-[a-z0-9]+)*)_([0-9a-f]{16})_([0-9a-f]{64})$")
 _SIGN_IN_SHAPE = re.compile(r"^([a-z0-9]+(?:-[a-z0-9]+)*)\.([0-9a-f]{16})\.([0-9a-f]{64})$")
 
@@ -61,7 +64,10 @@ class SignIn:
     expires_at: datetime
     user_id: str | None = None
     approval_id: str | None = None
-    browser: str = ""
+    browser: str = ""  # what the browser says it is, in words ("Chrome on macOS"), never its raw text
+    address: str = ""  # the address the server saw the sign-in come from
+    approver_uid: str | None = None  # the device that signed it in (its internal id) ...
+    approver_id: str | None = None  # ... and its id, as the person knows it
 
     def open_at(self, now: datetime) -> bool:
         return now < self.expires_at and self.status not in (SignInStatus.USED, SignInStatus.DENIED)
@@ -86,9 +92,25 @@ class ConsoleSession:
     expires_at: datetime
     browser: str = ""
     revoked_at: datetime | None = None
+    approver_uid: str | None = None  # the device whose signature opened it (none: an operator's link)
+    approver_id: str | None = None
+    last_used_at: datetime | None = None  # written at most once a minute
 
     def live_at(self, now: datetime) -> bool:
         return self.revoked_at is None and now < self.expires_at
+
+    def listed(self) -> ListedToken:
+        return ListedToken(
+            self.session_id,
+            CONSOLE_SESSION,
+            self.user_id,
+            None,
+            frozenset(SCOPES_BY_KIND[TokenKind.USER]),
+            self.created_at,
+            self.expires_at,
+            self.last_used_at,
+            signed_in_by=self.approver_id,
+        )
 
     def principal(self) -> Principal:
         """The person, as their own user token would be: never more."""
@@ -161,3 +183,72 @@ def csrf_token(cookie_secret: str) -> str:
 
 def check_csrf(cookie_secret: str, presented: str | None) -> bool:
     return presented is not None and hmac.compare_digest(csrf_token(cookie_secret), presented)
+
+
+_BROWSERS = (("Edg/", "Edge"), ("OPR/", "Opera"), ("Firefox/", "Firefox"), ("Chrome/", "Chrome"))
+_SYSTEMS = (
+    ("Android", "Android"),
+    ("iPhone", "iOS"),
+    ("iPad", "iPadOS"),
+    ("Mac OS X", "macOS"),
+    ("Macintosh", "macOS"),
+    ("Windows", "Windows"),
+    ("CrOS", "ChromeOS"),
+    ("Linux", "Linux"),
+)
+
+
+def describe_browser(user_agent: str) -> str:
+    """The browser and system a User-Agent names, in a few known words ("Chrome on macOS"): never the
+    text itself, which the browser (or whoever relays its request) writes as it likes."""
+    browser = next((name for mark, name in _BROWSERS if mark in user_agent), None)
+    if browser is None and "Safari/" in user_agent:
+        browser = "Safari"
+    system = next((name for mark, name in _SYSTEMS if mark in user_agent), None)
+    if browser and system:
+        return f"{browser} on {system}"
+    return browser or (f"a browser on {system}" if system else "an unknown browser")
+
+
+def same_network(a: str, b: str) -> bool:
+    """Whether two addresses the server saw are one network: the same address (as behind one home
+    router), or private IPv4 addresses of one /24, or IPv6 addresses of one /64."""
+    try:
+        first, second = ipaddress.ip_address(a), ipaddress.ip_address(b)
+    except ValueError:
+        return False
+    if first == second:
+        return True
+    if first.version != second.version:
+        return False
+    if first.version == 6:
+        return ipaddress.ip_network(f"{a}/64", strict=False) == ipaddress.ip_network(f"{b}/64", strict=False)
+    local = first.is_private and second.is_private
+    return local and ipaddress.ip_network(f"{a}/24", strict=False) == ipaddress.ip_network(
+        f"{b}/24", strict=False
+    )
+
+
+class SignInStarts:
+    """How many sign-ins each address started within their lifetime, in this process: past ``limit`` an
+    address is refused until its oldest one has ended. Counted before the tenant is looked up, so an
+    unknown tenant is limited exactly like a known one. At most ``addresses`` are remembered; past that
+    the longest unseen one is forgotten."""
+
+    def __init__(self, limit: int, addresses: int = 10_000) -> None:
+        self.limit = limit
+        self._addresses = addresses
+        self._started: dict[str, list[datetime]] = {}
+
+    def take(self, address: str, now: datetime) -> int:
+        """Count one more sign-in from ``address`` at ``now`` and return 0; past the limit count nothing
+        and return the seconds until the address's oldest sign-in ends."""
+        since = now - SIGN_IN_LIFETIME
+        started = [at for at in self._started.pop(address, []) if at > since]
+        self._started[address] = started  # re-inserted: the dict's order is the order last seen
+        if len(started) >= self.limit:
+            return max(1, int((started[0] - since).total_seconds()) + 1)
+        started.append(now)
+        while len(self._started) > self._addresses:
+            del self._started[next(iter(self._started))]
+        return 0

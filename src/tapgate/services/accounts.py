@@ -146,8 +146,10 @@ async def create_token(
     agent_id: str | None = None,
     require_device_signature: bool | None = None,
     expires_in_seconds: int | None = None,
+    console_session_id: str | None = None,
 ) -> NewToken:
-    """Mint a user or agent token bound to ``user_id``. Raises InvalidInput, NotFound."""
+    """Mint a user or agent token bound to ``user_id`` (made in the console session
+    ``console_session_id``, if so). Raises InvalidInput, NotFound."""
     if kind not in (TokenKind.USER, TokenKind.AGENT):
         raise InvalidInput("kind", "kind must be 'user' or 'agent'; device tokens come from enrolment.")
     granted = _scopes_for(kind, scopes)
@@ -177,14 +179,18 @@ async def create_token(
                 agent_id=agent_id,
                 require_device_signature=require_device_signature,
                 expires_at=expires_at,
+                console_session_id=console_session_id,
             )
         )
+        data = {"kind": str(kind), "user_id": user_id, "scopes": " ".join(sorted(granted))}
+        if console_session_id is not None:
+            data["console_session_id"] = console_session_id
         await uow.journal.append(
             AuditRecord(
                 "token.created",
                 caller.actor,
                 subject=issued.credential_id,
-                data={"kind": str(kind), "user_id": user_id, "scopes": " ".join(sorted(granted))},
+                data=data,
             ),
             now,
         )

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from tapgate.domain.accounts import User
 from tapgate.domain.approvals import Decision, action_sha256, new_sign_block
@@ -24,17 +24,22 @@ from tapgate.domain.console import (
     ConsoleSession,
     SignIn,
     SignInKind,
+    SignInStarts,
     SignInStatus,
     cookie_value,
+    describe_browser,
     new_id,
     new_secret,
     parse_cookie,
     parse_sign_in,
+    same_network,
     sign_in_token,
 )
 from tapgate.domain.console import check as check_secret
-from tapgate.domain.errors import Conflict, Forbidden, Gone, NotFound, Unauthenticated
+from tapgate.domain.devices import Device
+from tapgate.domain.errors import Conflict, Forbidden, Gone, NotFound, RateLimited, Unauthenticated
 from tapgate.domain.events import AGENTS_PAUSED, AGENTS_RESUMED
+from tapgate.domain.ids import check_slug
 from tapgate.domain.ids import new_id as new_prefixed_id
 from tapgate.domain.inbox import Approval, ApprovalStatus, binding_code
 from tapgate.domain.invocations import Invocation
@@ -47,6 +52,8 @@ from tapgate.services.endings import refuse_unhanded
 PAUSED_UNTIL = datetime.fromisoformat("9999-12-31T00:00:00+00:00")  # "until resumed"
 _HISTORY_MAX = 200
 _AUDIT_WINDOW = 1000  # the newest entries of the tenant the console looks through for the person's own
+_SWEEP_BATCH = 500
+_TOUCH_EVERY = timedelta(minutes=1)  # a session's last use is written at most this often
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,14 +62,20 @@ class NewSession:
     cookie: str
 
 
-def _browser(text: str) -> str:
-    shown = "".join(ch for ch in text if ch.isprintable())[:80]
-    return shown or "a browser"
-
-
-async def start_phone_sign_in(ctx: Context, tenant_id: str, browser: str) -> tuple[SignIn, str]:
-    """A sign-in a phone can answer; the token only the starting browser holds. Raises NotFound."""
+async def start_phone_sign_in(
+    ctx: Context, starts: SignInStarts, tenant_id: str, user_agent: str, address: str
+) -> tuple[SignIn, str]:
+    """A sign-in a phone can answer, and the token only the starting browser holds. An unknown tenant
+    gets the same answer, with nothing stored (nobody can answer it). Raises InvalidInput, RateLimited."""
+    check_slug(tenant_id, "tenant")
     now = ctx.clock.now()
+    wait = starts.take(address, now)
+    if wait:
+        raise RateLimited(
+            f"Too many console sign-ins were started from your address; try again in {wait} seconds "
+            "(or sign in with the one already on your screen).",
+            wait,
+        )
     secret, secret_hash = new_secret()
     sign_in = SignIn(
         tenant_id=tenant_id,
@@ -72,13 +85,27 @@ async def start_phone_sign_in(ctx: Context, tenant_id: str, browser: str) -> tup
         status=SignInStatus.WAITING,
         created_at=now,
         expires_at=now + SIGN_IN_LIFETIME,
-        browser=_browser(browser),
+        browser=describe_browser(user_agent),
+        address=address,
     )
     async with ctx.store.unit_of_work(tenant_id) as uow:
-        if await uow.tenants.get() is None:
-            raise NotFound(f"There is no tenant {tenant_id!r}; open the console link your operator gave you.")
-        await uow.sign_ins.add(sign_in)
+        if await uow.tenants.get() is not None:
+            await uow.sign_ins.add(sign_in)
     return sign_in, sign_in_token(tenant_id, sign_in.sign_in_id, secret)
+
+
+async def sweep_sign_ins(ctx: Context) -> int:
+    """Delete every console sign-in that has expired (answered or not); return how many."""
+    now = ctx.clock.now()
+    count = 0
+    for tenant_id in await ctx.store.tenant_ids():
+        while True:
+            async with ctx.store.unit_of_work(tenant_id) as uow:
+                deleted = await uow.sign_ins.delete_ended(now, _SWEEP_BATCH)
+            count += deleted
+            if deleted < _SWEEP_BATCH:
+                break
+    return count
 
 
 async def create_link(ctx: Context, caller: Principal, user_id: str) -> str:
@@ -109,9 +136,9 @@ async def create_link(ctx: Context, caller: Principal, user_id: str) -> str:
     return sign_in_token(caller.tenant_id, sign_in.sign_in_id, secret)
 
 
-async def ask_phone(ctx: Context, caller: Principal, sign_in_id: str) -> Approval:
-    """The paired phone that scanned the console's code opens a console_login approval for its person.
-    Raises NotFound, Gone, Conflict."""
+async def ask_phone(ctx: Context, caller: Principal, sign_in_id: str, address: str) -> Approval:
+    """The paired phone that scanned the console's code (its request from ``address``) opens a
+    console_login approval for its person. Raises NotFound, Gone, Conflict."""
     caller.require(TokenKind.DEVICE)
     assert caller.user_id is not None
     now = ctx.clock.now()
@@ -121,7 +148,7 @@ async def ask_phone(ctx: Context, caller: Principal, sign_in_id: str) -> Approva
             raise NotFound("There is no such console sign-in; scan the code the console shows now.")
         if not sign_in.open_at(now):
             raise Gone("This console sign-in has ended; reload the console and scan its new code.")
-        approval = _login_approval(ctx, sign_in, caller.user_id, now)
+        approval = _login_approval(ctx, sign_in, caller.user_id, same_network(sign_in.address, address), now)
         if not await uow.sign_ins.save(
             sign_in.asked(caller.user_id, approval.approval_id), SignInStatus.WAITING
         ):
@@ -141,13 +168,30 @@ async def ask_phone(ctx: Context, caller: Principal, sign_in_id: str) -> Approva
     return approval
 
 
-def _login_approval(ctx: Context, sign_in: SignIn, user_id: str, now: datetime) -> Approval:
+def network_line(address: str, on_phones_network: bool) -> str:
+    """Where the browser asking to sign in is, as the server saw it: what the card says first."""
+    if on_phones_network:
+        return f"on this phone's network ({address})"
+    return f"from another network: {address or 'an unknown address'}"
+
+
+def _login_approval(
+    ctx: Context, sign_in: SignIn, user_id: str, on_phones_network: bool, now: datetime
+) -> Approval:
     code = binding_code()
-    arguments = {"sign_in_id": sign_in.sign_in_id, "browser": sign_in.browser, "code": code}
+    where = network_line(sign_in.address, on_phones_network)
+    arguments = {
+        "sign_in_id": sign_in.sign_in_id,
+        "address": sign_in.address,
+        "network": "same" if on_phones_network else "other",
+        "browser": sign_in.browser,
+        "code": code,
+    }
     preview = {
         "kind": CONSOLE_LOGIN,
         "fields": [
-            {"label": "Browser", "value": sign_in.browser},
+            {"label": "Requested", "value": where},
+            {"label": "Browser (as it says)", "value": sign_in.browser},
             {"label": "Started", "value": sign_in.created_at.strftime("%H:%M UTC")},
             {"label": "Code on the console", "value": code},
         ],
@@ -155,6 +199,7 @@ def _login_approval(ctx: Context, sign_in: SignIn, user_id: str, now: datetime) 
     # The same planned-action hash as a tool call's, so a phone recomputes it from what the card shows.
     planned = action_sha256(CONSOLE_LOGIN, sign_in.sign_in_id, CONSOLE_LOGIN, arguments, preview)
     window = int((sign_in.expires_at - now).total_seconds())
+    caution = "" if on_phones_network else " It comes from another network than this phone's."
     return Approval(
         tenant_id=sign_in.tenant_id,
         approval_id=new_prefixed_id("apr"),
@@ -163,7 +208,10 @@ def _login_approval(ctx: Context, sign_in: SignIn, user_id: str, now: datetime) 
         invocation_id=None,
         kind=CONSOLE_LOGIN,
         subject=sign_in.sign_in_id,
-        prompt="Sign in to your tapgate console? Approve only if you started it and its code matches.",
+        prompt=(
+            f"Sign in to your tapgate console {where}?{caution} Approve only if you started it on a "
+            "computer in front of you and its code matches."
+        ),
         preview=preview,
         sign=new_sign_block(planned, now, max(1, window)),
         binding_code=code,
@@ -195,27 +243,46 @@ async def login_decided(
         and sign_in.approval_id == approval.approval_id
     ):
         answered = SignInStatus.APPROVED if decided.status is ApprovalStatus.APPROVED else SignInStatus.DENIED
-        await uow.sign_ins.save(replace(sign_in, status=answered), SignInStatus.ASKED)
+        signer = await uow.devices.get(approval.user_id, device_id) if device_id else None
+        await uow.sign_ins.save(
+            replace(
+                sign_in,
+                status=answered,
+                approver_uid=signer.device_uid if signer else None,
+                approver_id=signer.device_id if signer else None,
+            ),
+            SignInStatus.ASKED,
+        )
         uow.notify(sign_in_key(uow.tenant_id, sign_in.sign_in_id))
     return decided
 
 
 async def sign_in_state(ctx: Context, token: str) -> tuple[SignIn, Approval | None]:
-    """Where a browser's sign-in stands, and the approval a phone opened for it. Raises Gone."""
+    """Where a browser's phone sign-in stands, and the approval a phone opened for it. One of an unknown
+    tenant waits, unanswered, like any other nobody has scanned. Raises Gone."""
     presented = parse_sign_in(token)
+    ended = Gone("This sign-in has ended; reload the console.")
     async with ctx.store.unit_of_work(presented.tenant_id) as uow:
         sign_in = await uow.sign_ins.get(presented.sign_in_id)
-        if sign_in is None:
-            raise Gone("This sign-in has ended; reload the console.")
-        check_secret(
-            presented.secret, sign_in.secret_hash, Gone("This sign-in has ended; reload the console.")
-        )
+        if sign_in is None and await uow.tenants.get() is None:
+            now = ctx.clock.now()
+            return _unanswerable(presented.tenant_id, presented.sign_in_id, now), None
+        if sign_in is None or sign_in.kind is not SignInKind.PHONE:
+            raise ended
+        check_secret(presented.secret, sign_in.secret_hash, ended)
         approval = await uow.approvals.get(sign_in.approval_id) if sign_in.approval_id else None
     return sign_in, approval
 
 
-async def finish_sign_in(ctx: Context, token: str, browser: str) -> NewSession:
-    """Turn an approved sign-in (a phone's yes, or an operator's link) into a session, once.
+def _unanswerable(tenant_id: str, sign_in_id: str, now: datetime) -> SignIn:
+    return SignIn(
+        tenant_id, sign_in_id, SignInKind.PHONE, "", SignInStatus.WAITING, now, now + SIGN_IN_LIFETIME
+    )
+
+
+async def finish_sign_in(ctx: Context, token: str, kind: SignInKind, user_agent: str) -> NewSession:
+    """Turn an approved sign-in of ``kind`` (a phone's yes, held by the browser that started it, or an
+    operator's link) into a session, once. A token of the other kind is refused like a spent one.
     Raises Gone (expired, used, denied, not yet approved: the message says which), Unauthenticated."""
     presented = parse_sign_in(token)
     now = ctx.clock.now()
@@ -223,7 +290,7 @@ async def finish_sign_in(ctx: Context, token: str, browser: str) -> NewSession:
     secret, secret_hash = new_secret()
     async with ctx.store.unit_of_work(presented.tenant_id) as uow:
         sign_in = await uow.sign_ins.get(presented.sign_in_id)
-        if sign_in is None:
+        if sign_in is None or sign_in.kind is not kind:
             raise ended
         check_secret(presented.secret, sign_in.secret_hash, ended)
         if sign_in.status is SignInStatus.DENIED:
@@ -241,7 +308,9 @@ async def finish_sign_in(ctx: Context, token: str, browser: str) -> NewSession:
             via=sign_in.kind,
             created_at=now,
             expires_at=now + SESSION_LIFETIME,
-            browser=_browser(browser),
+            browser=describe_browser(user_agent),
+            approver_uid=sign_in.approver_uid,
+            approver_id=sign_in.approver_id,
         )
         await uow.console_sessions.add(session)
         await uow.journal.append(
@@ -249,7 +318,11 @@ async def finish_sign_in(ctx: Context, token: str, browser: str) -> NewSession:
                 "console.signed_in",
                 f"user:{session.user_id}",
                 subject=session.session_id,
-                data={"via": sign_in.kind.value, "sign_in_id": sign_in.sign_in_id},
+                data={
+                    "via": sign_in.kind.value,
+                    "sign_in_id": sign_in.sign_in_id,
+                    "device_id": sign_in.approver_id or "",
+                },
             ),
             now,
         )
@@ -260,11 +333,15 @@ async def authenticate(ctx: Context, cookie: str) -> tuple[ConsoleSession, str]:
     """The live session behind a console cookie and the cookie's secret. Raises Unauthenticated."""
     presented = parse_cookie(cookie)
     refused = Unauthenticated("Your console session has ended; sign in again.")
+    now = ctx.clock.now()
     async with ctx.store.unit_of_work(presented.tenant_id) as uow:
         session = await uow.console_sessions.get(presented.session_id)
-    if session is None or not session.live_at(ctx.clock.now()):
+    if session is None or not session.live_at(now):
         raise refused
     check_secret(presented.secret, session.secret_hash, refused)
+    if session.last_used_at is None or now - session.last_used_at >= _TOUCH_EVERY:
+        async with ctx.store.unit_of_work(presented.tenant_id) as uow:
+            await uow.console_sessions.touch(session.session_id, now)
     return session, presented.secret
 
 
@@ -284,6 +361,20 @@ async def revoke_session(ctx: Context, session: ConsoleSession, session_id: str)
             await uow.journal.append(
                 AuditRecord("console.session_revoked", f"user:{session.user_id}", subject=session_id), now
             )
+
+
+async def end_sessions_signed_by(uow: UnitOfWork, device: Device, actor: str, now: datetime) -> None:
+    """The device that signed console sessions in is gone: so are they."""
+    for session_id in await uow.console_sessions.revoke_signed_by(device.device_uid, now):
+        await uow.journal.append(
+            AuditRecord(
+                "console.session_revoked",
+                actor,
+                subject=session_id,
+                data={"user_id": device.user_id, "device_id": device.device_id},
+            ),
+            now,
+        )
 
 
 async def set_paused(ctx: Context, caller: Principal, paused: bool) -> bool:

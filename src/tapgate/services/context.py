@@ -36,6 +36,8 @@ class Limits:
     notice_text: bool = False  # notices may show the person the agent's own title and body
     notice_life_seconds: int = 86_400  # a notice waits this long for a device's next live link
     retention_days: int = 30  # message bodies are erased after this many days (services/retention.py)
+    console_agent_token_days: int = 90  # an agent token made in the console lives at most this long
+    console_sign_ins_per_address: int = 20  # console sign-ins one address may have open (per process)
 
 
 @dataclass(frozen=True, slots=True)

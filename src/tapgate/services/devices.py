@@ -37,6 +37,7 @@ from tapgate.domain.pairing import PAIRING_TTL
 from tapgate.domain.principals import SCOPES_BY_KIND, Principal, Scope, TokenKind
 from tapgate.domain.tokens import issue_token
 from tapgate.ports import Clock, Store, UnitOfWork
+from tapgate.services.console import end_sessions_signed_by
 from tapgate.services.context import auth_key
 from tapgate.services.device_events import announce_device
 from tapgate.services.endings import fail_open
@@ -221,6 +222,7 @@ async def revoke_in(uow: UnitOfWork, device: Device, now: datetime, actor: str, 
         await announce_change(uow, device.user_id, "revoked", now, device_id=device.device_id)
     await uow.devices.set_status(device.device_uid, DeviceStatus.REVOKED, now)
     await uow.credentials.revoke_device(device.device_uid, now)
+    await end_sessions_signed_by(uow, device, actor, now)
     uow.notify(auth_key(device.tenant_id))  # every process forgets the device's token at once
     if device.status is DeviceStatus.ACTIVE:  # a pairing declined before it began is no device's end
         await announce_device(uow, device, DEVICE_REVOKED, now)

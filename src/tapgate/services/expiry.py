@@ -1,20 +1,24 @@
-"""The expiry sweep: open invocations past their deadline resolve ``expired`` (tool.device_offline).
+"""The expiry sweep: open invocations past their deadline resolve ``expired`` (tool.device_offline), and
+console sign-ins past theirs are deleted.
 
 Readers expire what they find overdue themselves; the sweep catches the rest, at start-up and then on
-an interval, tenant by tenant.
+an interval, tenant by tenant (sign-ins once a minute: they live ten).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from datetime import timedelta
 
 from tapgate import faults, tasks
+from tapgate.services.console import sweep_sign_ins
 from tapgate.services.context import Context
 from tapgate.services.endings import expire
 
 log = logging.getLogger(__name__)
 BATCH = 200
+SIGN_INS_EVERY = timedelta(minutes=1)  # between two deletions of expired console sign-ins
 
 
 async def sweep(ctx: Context) -> int:
@@ -36,11 +40,18 @@ async def sweep(ctx: Context) -> int:
 
 async def run_sweeper(ctx: Context, interval: float) -> None:
     """Sweep at once, then every ``interval`` seconds, until cancelled; a failed sweep is logged."""
+    sign_ins_due = ctx.clock.now()
     while True:
         try:
             expired = await sweep(ctx)
             if expired:
                 log.info("expired overdue invocations", extra={"count": expired})
+            now = ctx.clock.now()
+            if now >= sign_ins_due:
+                sign_ins_due = now + SIGN_INS_EVERY
+                deleted = await sweep_sign_ins(ctx)
+                if deleted:
+                    log.info("deleted expired console sign-ins", extra={"count": deleted})
         except Exception as e:
             log.error("expiry sweep failed", extra={"error": type(e).__name__})
         await asyncio.sleep(interval)

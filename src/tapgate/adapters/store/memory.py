@@ -756,6 +756,19 @@ class _SignIns(_Repo):
         self.state.sign_ins[key] = sign_in
         return True
 
+    async def delete_ended(self, now: datetime, limit: int) -> int:
+        ended = sorted(
+            (
+                s
+                for (tenant, _), s in self.state.sign_ins.items()
+                if tenant == self.tenant_id and s.expires_at < now
+            ),
+            key=lambda s: s.expires_at,
+        )[:limit]
+        for sign_in in ended:
+            del self.state.sign_ins[(self.tenant_id, sign_in.sign_in_id)]
+        return len(ended)
+
 
 class _ConsoleSessions(_Repo):
     async def add(self, session: ConsoleSession) -> None:
@@ -780,3 +793,28 @@ class _ConsoleSessions(_Repo):
             return False
         self.state.console_sessions[key] = replace(found, revoked_at=at)
         return True
+
+    async def live(self, now: datetime, user_id: str | None = None) -> Sequence[ConsoleSession]:
+        found = [
+            s
+            for (tenant, _), s in self.state.console_sessions.items()
+            if tenant == self.tenant_id and s.live_at(now) and user_id in (None, s.user_id)
+        ]
+        return sorted(found, key=lambda s: (s.created_at, s.session_id))
+
+    async def revoke_signed_by(self, approver_uid: str, at: datetime) -> Sequence[str]:
+        ids = [
+            s.session_id
+            for (tenant, _), s in self.state.console_sessions.items()
+            if tenant == self.tenant_id and s.approver_uid == approver_uid and s.revoked_at is None
+        ]
+        for session_id in ids:
+            key = (self.tenant_id, session_id)
+            self.state.console_sessions[key] = replace(self.state.console_sessions[key], revoked_at=at)
+        return ids
+
+    async def touch(self, session_id: str, at: datetime) -> None:
+        key = (self.tenant_id, session_id)
+        found = self.state.console_sessions.get(key)
+        if found is not None and (found.last_used_at is None or found.last_used_at < at):
+            self.state.console_sessions[key] = replace(found, last_used_at=at)

@@ -75,6 +75,7 @@ class SqlCredentials(Repo):
             "revoked_at": credential.revoked_at,
             "expires_at": credential.expires_at,
             "last_used_at": credential.last_used_at,
+            "console_session_id": credential.console_session_id,
         }
         await self._insert(t.credentials, row, "That credential exists already.")
 
@@ -145,6 +146,7 @@ def _credential(row: Any) -> Credential:
         revoked_at=row.revoked_at,
         expires_at=row.expires_at,
         last_used_at=row.last_used_at,
+        console_session_id=row.console_session_id,
     )
 
 

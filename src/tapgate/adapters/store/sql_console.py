@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import insert, select, update
+from sqlalchemy import delete, insert, or_, select, update
 from sqlalchemy.exc import IntegrityError
 
 from tapgate.adapters.store import tables as t
@@ -27,6 +27,9 @@ def _sign_in(r: Any) -> SignIn:
         user_id=r.user_id,
         approval_id=r.approval_id,
         browser=r.browser,
+        address=r.address,
+        approver_uid=r.approver_uid,
+        approver_id=r.approver_id,
     )
 
 
@@ -46,6 +49,9 @@ class SqlSignIns(Repo):
                     "user_id": sign_in.user_id,
                     "approval_id": sign_in.approval_id,
                     "browser": sign_in.browser,
+                    "address": sign_in.address,
+                    "approver_uid": sign_in.approver_uid,
+                    "approver_id": sign_in.approver_id,
                 },
             )
         except IntegrityError as e:
@@ -65,9 +71,29 @@ class SqlSignIns(Repo):
         changed = await self.conn.execute(
             update(t.console_sign_ins)
             .where(c.tenant_id == self.tenant_id, c.sign_in_id == sign_in.sign_in_id, c.status == was.value)
-            .values(status=sign_in.status.value, user_id=sign_in.user_id, approval_id=sign_in.approval_id)
+            .values(
+                status=sign_in.status.value,
+                user_id=sign_in.user_id,
+                approval_id=sign_in.approval_id,
+                approver_uid=sign_in.approver_uid,
+                approver_id=sign_in.approver_id,
+            )
         )
         return bool(changed.rowcount)
+
+    async def delete_ended(self, now: datetime, limit: int) -> int:
+        c = t.console_sign_ins.c
+        ended = (
+            select(c.sign_in_id)
+            .where(c.tenant_id == self.tenant_id, c.expires_at < now)
+            .order_by(c.expires_at)
+            .limit(limit)
+            .scalar_subquery()
+        )
+        done = await self.conn.execute(
+            delete(t.console_sign_ins).where(c.tenant_id == self.tenant_id, c.sign_in_id.in_(ended))
+        )
+        return int(done.rowcount)
 
 
 def _session(r: Any) -> ConsoleSession:
@@ -81,6 +107,9 @@ def _session(r: Any) -> ConsoleSession:
         expires_at=r.expires_at,
         browser=r.browser,
         revoked_at=r.revoked_at,
+        approver_uid=r.approver_uid,
+        approver_id=r.approver_id,
+        last_used_at=r.last_used_at,
     )
 
 
@@ -98,6 +127,9 @@ class SqlConsoleSessions(Repo):
                 "expires_at": session.expires_at,
                 "browser": session.browser,
                 "revoked_at": session.revoked_at,
+                "approver_uid": session.approver_uid,
+                "approver_id": session.approver_id,
+                "last_used_at": session.last_used_at,
             },
         )
 
@@ -128,3 +160,41 @@ class SqlConsoleSessions(Repo):
             .values(revoked_at=at)
         )
         return bool(changed.rowcount)
+
+    async def live(self, now: datetime, user_id: str | None = None) -> Sequence[ConsoleSession]:
+        c = t.console_sessions.c
+        query = select(t.console_sessions).where(
+            c.tenant_id == self.tenant_id, c.revoked_at.is_(None), c.expires_at > now
+        )
+        if user_id is not None:
+            query = query.where(c.user_id == user_id)
+        rows = await self.conn.execute(query.order_by(c.created_at, c.session_id))
+        return [_session(r) for r in rows]
+
+    async def revoke_signed_by(self, approver_uid: str, at: datetime) -> Sequence[str]:
+        c = t.console_sessions.c
+        found = await self.conn.execute(
+            select(c.session_id).where(
+                c.tenant_id == self.tenant_id, c.approver_uid == approver_uid, c.revoked_at.is_(None)
+            )
+        )
+        ids = [r.session_id for r in found]
+        if ids:
+            await self.conn.execute(
+                update(t.console_sessions)
+                .where(c.tenant_id == self.tenant_id, c.session_id.in_(ids), c.revoked_at.is_(None))
+                .values(revoked_at=at)
+            )
+        return ids
+
+    async def touch(self, session_id: str, at: datetime) -> None:
+        c = t.console_sessions.c
+        await self.conn.execute(
+            update(t.console_sessions)
+            .where(
+                c.tenant_id == self.tenant_id,
+                c.session_id == session_id,
+                or_(c.last_used_at.is_(None), c.last_used_at < at),
+            )
+            .values(last_used_at=at)
+        )

@@ -103,6 +103,7 @@ credentials = Table(
     Column("revoked_at", UtcDateTime),
     Column("expires_at", UtcDateTime),
     Column("last_used_at", UtcDateTime),  # written at most once a minute per token, in batches
+    Column("console_session_id", String(16)),  # an agent token made in the console: the session that made it
     ForeignKeyConstraint(["tenant_id"], ["tenants.tenant_id"], ondelete="CASCADE"),
     ForeignKeyConstraint(["tenant_id", "user_id"], ["users.tenant_id", "users.user_id"], ondelete="CASCADE"),
     Index("credentials_user", "tenant_id", "user_id"),
@@ -451,7 +452,11 @@ console_sign_ins = Table(
     Column("user_id", String(40)),
     Column("approval_id", String(40)),
     Column("browser", String(80), nullable=False),
+    Column("address", String(45), nullable=False, server_default=""),
+    Column("approver_uid", String(16)),
+    Column("approver_id", String(24)),
     ForeignKeyConstraint(["tenant_id", "user_id"], ["users.tenant_id", "users.user_id"], ondelete="CASCADE"),
+    Index("console_sign_ins_expiry", "tenant_id", "expires_at"),
 )
 
 console_sessions = Table(
@@ -466,8 +471,12 @@ console_sessions = Table(
     Column("expires_at", UtcDateTime, nullable=False),
     Column("browser", String(80), nullable=False),
     Column("revoked_at", UtcDateTime),
+    Column("approver_uid", String(16)),
+    Column("approver_id", String(24)),
+    Column("last_used_at", UtcDateTime),
     ForeignKeyConstraint(["tenant_id", "user_id"], ["users.tenant_id", "users.user_id"], ondelete="CASCADE"),
     Index("console_sessions_user", "tenant_id", "user_id"),
+    Index("console_sessions_approver", "tenant_id", "approver_uid"),
 )
 
 # Passkeys (DESIGN §22): a device's WebAuthn credentials (the COSE public key, base64url) and its count.

@@ -2,7 +2,8 @@
 
 Every page is plain HTML that works without script; htmx (served from this origin, no inline script)
 refreshes the parts that change on their own: the sign-in's state, presence, pending approvals and a
-pairing in progress. Every form carries the session's CSRF token, and the cookie is SameSite=Strict.
+pairing in progress. Every form carries the session's CSRF token, every POST must come from the
+gateway's own pages (its Origin, or Sec-Fetch-Site), and the cookie is SameSite=Strict.
 """
 
 from __future__ import annotations
@@ -17,10 +18,22 @@ from fastapi.responses import HTMLResponse, RedirectResponse
 from jinja2 import Environment, PackageLoader, select_autoescape
 
 from tapgate.api import qr as qr_code
-from tapgate.api.console.session import SIGN_IN_COOKIE, Visitor, form, gateway, visitor
+from tapgate.api.console.session import SIGN_IN_COOKIE, Visitor, check_origin, form, gateway, visitor
 from tapgate.domain.audit import BrokenChain
-from tapgate.domain.console import COOKIE_NAME, SESSION_LIFETIME, SIGN_IN_LIFETIME, SignInStatus
-from tapgate.domain.errors import Forbidden, InvalidInput, TapgateError, Unauthenticated
+from tapgate.domain.console import (
+    COOKIE_NAME,
+    SESSION_LIFETIME,
+    SIGN_IN_LIFETIME,
+    SignInKind,
+    SignInStatus,
+)
+from tapgate.domain.errors import (
+    Forbidden,
+    InvalidInput,
+    RateLimited,
+    TapgateError,
+    Unauthenticated,
+)
 from tapgate.domain.invocations import Status
 from tapgate.domain.pairing import PairingStatus
 from tapgate.domain.principals import TokenKind
@@ -95,8 +108,11 @@ def _to(path: str, said: str | None = None) -> RedirectResponse:
 
 
 async def _guard(request: Request, action: Callable[[], Awaitable[Response]]) -> Response:
-    """Run a page: no session goes to sign-in; a refusal is shown in the house's words."""
+    """Run a page: a POST from another site is refused before anything; no session goes to sign-in; a
+    refusal is shown in the house's words."""
     try:
+        if request.method not in ("GET", "HEAD"):
+            check_origin(request, gateway(request).public_url)
         return await action()
     except Unauthenticated:
         if request.headers.get("hx-request"):
@@ -110,8 +126,12 @@ async def _guard(request: Request, action: Callable[[], Awaitable[Response]]) ->
             "not_found": 404,
             "conflict": 409,
             "gone": 410,
+            "rate_limited": 429,
         }.get(e.code, 400)
-        return _html("problem.html", status, message=e.message, user=None, csrf=None)
+        page = _html("problem.html", status, message=e.message, user=None, csrf=None)
+        if isinstance(e, RateLimited):
+            page.headers["retry-after"] = str(e.retry_after)
+        return page
 
 
 # signing in
@@ -134,7 +154,9 @@ async def sign_in(request: Request) -> Response:
     async def run() -> Response:
         gw = gateway(request)
         tenant = request.query_params.get("tenant", "default")
-        sign_in, token = await gw.start_console_sign_in(tenant, request.headers.get("user-agent", ""))
+        sign_in, token = await gw.start_console_sign_in(
+            tenant, request.headers.get("user-agent", ""), _address(request)
+        )
         url = gw.console_sign_in_url(sign_in)
         page = _html(
             "sign_in.html",
@@ -166,7 +188,7 @@ async def sign_in_status(request: Request) -> Response:
             return _html("sign_in_status.html", state="ended")
         sign_in, approval = await gateway(request).console_sign_in_state(token)
         if sign_in.status is SignInStatus.APPROVED:
-            return await _finish(request, token)
+            return await _finish(request, token, SignInKind.PHONE)
         if not sign_in.open_at(gateway(request).clock.now()):
             return _html(
                 "sign_in_status.html",
@@ -180,13 +202,19 @@ async def sign_in_status(request: Request) -> Response:
 
 @router.post("/console/sign-in/finish")
 async def sign_in_finish(request: Request) -> Response:
-    return await _guard(request, lambda: _finish(request, request.cookies.get(SIGN_IN_COOKIE, "")))
+    """A phone sign-in ends in the browser that started it: its secret is this browser's cookie."""
+    token = request.cookies.get(SIGN_IN_COOKIE, "")
+    return await _guard(request, lambda: _finish(request, token, SignInKind.PHONE))
 
 
-async def _finish(request: Request, token: str) -> Response:
+def _address(request: Request) -> str:
+    return request.client.host if request.client else ""
+
+
+async def _finish(request: Request, token: str, kind: SignInKind) -> Response:
     if not token:
         return _to("/console/sign-in")
-    new = await gateway(request).finish_console_sign_in(token, request.headers.get("user-agent", ""))
+    new = await gateway(request).finish_console_sign_in(token, kind, request.headers.get("user-agent", ""))
     if request.headers.get("hx-request"):
         response: Response = Response(status_code=204, headers={"HX-Redirect": "/console/devices"})
     else:
@@ -212,9 +240,12 @@ async def link(request: Request, token: str) -> Response:
 
 @router.post("/console/link/{token}")
 async def link_use(request: Request, token: str) -> Response:
+    """Only an operator's one-time link signs in here; a phone sign-in's token is refused like a spent
+    link (it completes only in the browser that started it)."""
+
     async def run() -> Response:
         await form(request, None)
-        return await _finish(request, token)
+        return await _finish(request, token, SignInKind.LINK)
 
     return await _guard(request, run)
 
@@ -415,8 +446,17 @@ async def audit(request: Request) -> Response:
 # agents and the pause switch
 
 
-EXPIRIES = {"": None, "1h": 3600, "1d": 86_400, "30d": 30 * 86_400, "365d": 365 * 86_400}
+_SHORTER = {"1h": ("in an hour", 3600), "1d": ("in a day", 86_400), "30d": ("in 30 days", 30 * 86_400)}
 AGENT_SCOPES = ("tools", "events", "notices")
+
+
+def expiries(longest_days: int) -> dict[str, tuple[str, int]]:
+    """The lives an agent token made in the console may have: never longer than ``longest_days`` (the
+    last, and the one offered first)."""
+    longest = longest_days * 86_400
+    found = {name: choice for name, choice in _SHORTER.items() if choice[1] < longest}
+    found[f"{longest_days}d"] = (f"in {longest_days} days", longest)
+    return found
 
 
 @router.get("/console/agents")
@@ -431,7 +471,7 @@ async def agents(request: Request) -> Response:
 async def _agents_page(request: Request, who: Visitor, created: Any, agent_id: str) -> Response:
     gw = gateway(request)
     tokens = await gw.list_user_tokens(who.principal, who.session.user_id)
-    agent_tokens = [t for t in tokens if t.kind is TokenKind.AGENT]
+    agent_tokens = [t for t in tokens if t.kind == TokenKind.AGENT.value]
     return await _page(
         request,
         who,
@@ -441,6 +481,8 @@ async def _agents_page(request: Request, who: Visitor, created: Any, agent_id: s
         created=created,
         created_for=agent_id,
         scopes=AGENT_SCOPES,
+        expiries=expiries(gw.limits.console_agent_token_days),
+        mine=who.session.session_id,
     )
 
 
@@ -450,13 +492,13 @@ async def agent_token(request: Request) -> Response:
         who = await visitor(request)
         fields = await form(request, who)
         chosen = [s for s in fields.get("scope", "").split() if s]
-        expiry = fields.get("expires", "")
-        if expiry not in EXPIRIES:
-            raise InvalidInput("expires", "expires must be one of never, 1h, 1d, 30d, 365d.")
+        gw = gateway(request)
+        choices = expiries(gw.limits.console_agent_token_days)
+        expiry = fields.get("expires") or list(choices)[-1]
+        if expiry not in choices:
+            raise InvalidInput("expires", f"expires must be one of {', '.join(choices)}.")
         agent_id = fields.get("agent_id", "").strip()
-        created = await gateway(request).create_agent_token(
-            who.principal, agent_id, chosen or None, EXPIRIES[expiry]
-        )
+        created = await gw.create_agent_token(who.session, agent_id, chosen or None, choices[expiry][1])
         return await _agents_page(request, who, created, agent_id)
 
     return await _guard(request, run)

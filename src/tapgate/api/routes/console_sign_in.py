@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Path
+from fastapi import APIRouter, Path, Request
 
 from tapgate.api.auth import DeviceDep, GatewayDep
 from tapgate.api.routes.approvals import approval_view
@@ -23,5 +23,7 @@ async def ask(
     sign_in_id: Annotated[str, Path(description="From the console's QR code", max_length=16)],
     device: DeviceDep,
     gw: GatewayDep,
+    request: Request,
 ) -> ApprovalView:
-    return approval_view(await gw.ask_console_sign_in(device, sign_in_id))
+    address = request.client.host if request.client else ""
+    return approval_view(await gw.ask_console_sign_in(device, sign_in_id, address))
