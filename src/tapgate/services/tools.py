@@ -42,7 +42,7 @@ async def list_tools(
         device_tool(device, capability, format)
         for device in devices
         for capability in device.granted()
-        if capability.name != PHONE_ACTIONS
+        if capability.device_tool
     ]
     if (
         phone is not None
