@@ -703,7 +703,11 @@ async def _running(phone: Phone) -> AsyncIterator[asyncio.Task[Ending]]:
 
 
 async def _enrolled(person: Person, client: httpx.AsyncClient, key: Any) -> str:
-    body = device_body(key, "ana-lamp", None, "lamp", LAMP_MANIFEST) | {"grants": [SET_LIGHT, "unplug"]}
+    # It runs the lamp's handlers and approves for ana as well: it declares approvals, and is granted it.
+    manifest = [*LAMP_MANIFEST, {"name": "approvals"}]
+    body = device_body(key, "ana-lamp", None, "lamp", manifest) | {
+        "grants": [SET_LIGHT, "unplug", "approvals"]
+    }
     r = await client.post("/v1/users/ana/devices", json=body, headers=bearer(person.operator))
     assert r.status_code == 201, r.text
     return str(r.json()["device_token"])

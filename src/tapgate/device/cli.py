@@ -176,7 +176,8 @@ def enrol(
 
     Posted, the device token is on the last line; --state also writes a state file for 'run'."""
     key = _key(keyfile)
-    body = device_body(key, device_id, name, kind, _capabilities(capability, kind), _push(push_kind, push_token))
+    manifest = _capabilities(capability, kind)
+    body = device_body(key, device_id, name, kind, manifest, _push(push_kind, push_token))
     if grant:
         body["grants"] = grant
     posting = [url, user, operator_token]
@@ -224,7 +225,8 @@ def pair(
     except StateError as e:
         _fail(str(e), 2)
     key = _key(keyfile)
-    body = device_body(key, device_id, name, kind, _capabilities(capability, kind), _push(push_kind, push_token))
+    manifest = _capabilities(capability, kind)
+    body = device_body(key, device_id, name, kind, manifest, _push(push_kind, push_token))
     r = _request("POST", f"{link.gateway_url}/v1/pair", ca_file, json=body | {"code": link.code})
     if r.status_code != 201:
         _fail(f"The gateway refused the pairing: {_error(r)}")
