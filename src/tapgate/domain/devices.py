@@ -105,7 +105,12 @@ class Capability:
     @property
     def device_tool(self) -> bool:
         """Whether an agent sees and calls it as ``device__<id>__<name>`` once granted."""
-        return self.name not in NOT_DEVICE_TOOLS
+        return TRAITS.get(self.name, _TOOL).device_tool
+
+    @property
+    def agent_facing(self) -> bool:
+        """Whether its grant changes what an agent may see or call (a tool, or the session's phone)."""
+        return TRAITS.get(self.name, _TOOL).agent_facing
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -148,9 +153,23 @@ BUILTINS: dict[str, Capability] = {
         "sign-ins, grants).",
     ),
 }
-# The built-ins that are never a device's tool: phone_actions is offered as the session tool
-# phone_action, and approvals is the person's trust in the device, which no agent can call.
-NOT_DEVICE_TOOLS = frozenset({PHONE_ACTIONS, APPROVALS})
+
+
+@dataclass(frozen=True, slots=True)
+class Traits:
+    """What sets a capability apart besides its text."""
+
+    device_tool: bool = True  # granted, an agent sees and calls it as device__<id>__<name>
+    agent_facing: bool = True  # its grant changes what an agent may see or call
+
+
+_TOOL = Traits()
+# phone_actions is offered as the session tool phone_action, never as a device's tool; approvals is the
+# person's trust in the device: no agent sees or calls it.
+TRAITS: dict[str, Traits] = {
+    PHONE_ACTIONS: Traits(device_tool=False),
+    APPROVALS: Traits(device_tool=False, agent_facing=False),
+}
 
 
 @dataclass(frozen=True, slots=True)

@@ -131,7 +131,7 @@ async def enrol(
     async with store.unit_of_work(caller.tenant_id) as uow:
         token = await add_device(uow, device, max_devices, caller.actor, "device.enrolled")
         await announce_device(uow, device, DEVICE_PAIRED, now)
-        if device.granted():
+        if visible(device.capabilities):
             await announce_change(uow, user_id, "enrolled", now, device_id=device.device_id)
     return NewDevice(device, token)
 
@@ -228,7 +228,7 @@ async def revoke(store: Store, clock: Clock, caller: Principal, user_id: str, de
 
 
 async def revoke_in(uow: UnitOfWork, device: Device, now: datetime, actor: str, action: str) -> None:
-    if device.status is DeviceStatus.ACTIVE and device.granted():
+    if device.status is DeviceStatus.ACTIVE and visible(device.capabilities):
         await announce_change(uow, device.user_id, "revoked", now, device_id=device.device_id)
     await uow.devices.set_status(device.device_uid, DeviceStatus.REVOKED, now)
     await uow.credentials.revoke_device(device.device_uid, now)
