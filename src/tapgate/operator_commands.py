@@ -154,7 +154,10 @@ def device_grant(
     tenant: TenantOption = "default",
     config: ConfigOption = None,
 ) -> None:
-    """Operator: grant capabilities of a device (the agent may then call them), or withdraw them."""
+    """Operator: grant capabilities of a device (the agent may then call them), or withdraw them.
+
+    Granting ``approvals`` makes the device an approver: it receives and signs the person's approvals.
+    Only a device that declares ``approvals`` can be one."""
     grants = dict.fromkeys(capabilities, not off)
     device = _with_gateway(config, lambda g: g.set_grants(_operator(tenant), user, device_id, grants))
     typer.echo(_describe(device))
