@@ -366,3 +366,21 @@ async def test_with_no_approver_a_self_marked_grant_stays_ungranted_until_the_pe
         )
         assert r.status_code == 200, r.text
         assert "device__desk_lamp__sms_send" in await home.tools()
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+async def test_a_grant_request_nobody_answered_in_time_is_asked_again(
+    engine: str, request: pytest.FixtureRequest, clock: FrozenClock
+) -> None:
+    async with _home(engine, request, clock) as home:
+        await home.redeclare("desk-lamp", [CONFIRMED_LAMP, SMS | {"granted": True}])
+        [first] = await home.inbox("ana-phone")
+        clock.advance(3601)  # approval_sign_ttl_seconds: the request ended unanswered
+
+        answer = await home.redeclare("desk-lamp", [CONFIRMED_LAMP, SMS | {"granted": True}])
+
+        assert answer["grants_asked"] == ["sms_send"]
+        [again] = await home.inbox("ana-phone")
+        assert again["id"] != first["id"] and again["kind"] == "grant"
+        assert (await home.sign(first, "ana-phone")).status_code in (409, 410)
+        assert "device__desk_lamp__sms_send" not in await home.tools()

@@ -48,7 +48,8 @@ async def ask_for_grants(
             continue
         entry = _asked_for(approval)
         now_declared = current.get(str(entry["name"]))
-        if now_declared is None or now_declared.granted or now_declared.capability.as_dict() != entry:
+        moot = now_declared is None or now_declared.granted or now_declared.capability.as_dict() != entry
+        if moot or approval.expires_at <= now:  # an ended request is asked again
             await uow.approvals.decide(approval.decided(ApprovalStatus.EXPIRED, "system:redeclared", now))
             uow.notify(inbox_key(approval.tenant_id, approval.user_id))
         else:
