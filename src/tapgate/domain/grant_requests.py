@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from tapgate.domain.devices import Capability, Device
+from tapgate.domain.devices import APPROVALS, Capability, Device
 from tapgate.domain.shown import shown
 
 GRANT = "grant"
@@ -43,10 +43,12 @@ def grant_preview(arguments: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def grant_prompt(device: Device, capability: Capability) -> str:
-    return (
-        f"{device.name} asks you to let your agents use {capability.name}. Approve only if you asked for "
-        "this on the device yourself."
+    what = (
+        "to approve for you (see and sign all your approvals)"
+        if capability.name == APPROVALS
+        else f"you to let your agents use {capability.name}"
     )
+    return f"{device.name} asks {what}. Approve only if you asked for this on the device yourself."
 
 
 def grants_note(asked: list[str], unasked: list[str]) -> str | None:
