@@ -35,6 +35,7 @@ class Caller:
     scopes: frozenset[str] = frozenset()
     owner: str = "ana"  # whose: ana, bob (same tenant), tom (another tenant)
     valid: bool = True
+    approver: bool = True  # a device granted approvals: it speaks for its person
 
 
 USER_SCOPES = {"device.read", "device.write", "approve"}
@@ -46,6 +47,7 @@ CALLERS = [
     Caller("agent", "agent", frozenset(AGENT_SCOPES)),
     *(Caller(f"agent-without-{s}", "agent", frozenset(AGENT_SCOPES - {s})) for s in sorted(AGENT_SCOPES)),
     Caller("device", "device", frozenset({"device.read", "device.write"})),
+    Caller("lamp", "device", frozenset({"device.read", "device.write"}), approver=False),
     Caller("other-user", "user", frozenset(USER_SCOPES), "bob"),
     Caller("other-users-agent", "agent", frozenset(AGENT_SCOPES), "bob"),
     Caller("other-users-device", "device", frozenset({"device.read", "device.write"}), "bob"),
@@ -68,6 +70,8 @@ class Rule:
     of_ana: bool = False
     open: bool = False  # no token needed
     foreign: str = ""  # the path parameter that names ana's resource
+    approvers: bool = False  # a device must be an approver (a lamp is refused)
+    own_device: bool = False  # the resource is the device's own: ana's other device gets 404 too
 
     def expect(self, caller: Caller) -> int | str:
         if self.open:
@@ -81,6 +85,10 @@ class Rule:
             return 403
         if self.of_ana and (caller.owner != "ana" and (caller.kind != "operator" or caller.owner == "tom")):
             return 404
+        if self.own_device and caller.kind == "device" and caller.name != "device":
+            return 404
+        if self.approvers and caller.kind == "device" and not caller.approver:
+            return 403
         return "ok"
 
 
@@ -128,14 +136,17 @@ RULES: dict[tuple[str, str], Rule] = {
     ("POST", "/v1/device/heartbeat"): Rule(DEVICE_READ),
     ("GET", "/v1/device/invocations"): Rule(DEVICE_READ),
     ("POST", "/v1/device/invocations/{invocation_id}/result"): Rule(
-        DEVICE_WRITE, of_ana=True, foreign="invocation_id"
+        DEVICE_WRITE, of_ana=True, foreign="invocation_id", own_device=True
     ),
     ("POST", "/v1/device/ingest"): Rule(DEVICE_WRITE),
     ("GET", "/v1/inbox"): Rule({"user": "approve", "device": None}),
-    # any paired device may answer a console's sign-in: the person whose phone answers is the one signed in
-    ("POST", "/v1/console/sign-ins/{sign_in_id}/ask"): Rule({"device": None}),
+    # any approver may answer a console's sign-in: the person whose phone answers is the one signed in
+    ("POST", "/v1/console/sign-ins/{sign_in_id}/ask"): Rule({"device": None}, approvers=True),
     ("POST", "/v1/approvals/{approval_id}"): Rule(
-        {"operator": None, "user": "approve", "device": None}, of_ana=True, foreign="approval_id"
+        {"operator": None, "user": "approve", "device": None},
+        of_ana=True,
+        foreign="approval_id",
+        approvers=True,
     ),
     ("GET", "/v1/device/passkeys/options"): Rule(DEVICE_READ),
     ("GET", "/v1/device/passkeys"): Rule(DEVICE_READ),
@@ -172,7 +183,8 @@ class Matrix:
             r = await self.post(admin, f"/v1/users/{caller.owner}/tokens", body)
             t[caller.name] = r.json()["token"]
         for name, admin, owner, device_id, caps in (
-            ("device", "operator", "ana", "desk-lamp", [LAMP, {"name": "sms_send"}]),
+            ("device", "operator", "ana", "desk-lamp", [LAMP, {"name": "sms_send"}, {"name": "approvals"}]),
+            ("lamp", "operator", "ana", "hall-lamp", [LAMP]),
             ("door", "operator", "ana", "front-door", [DOOR]),
             ("other-users-device", "operator", "bob", "bob-phone", [LAMP, {"name": "sms_send"}]),
             (

@@ -260,7 +260,11 @@ async def pair(
         await page.screenshot(path=artifact(screenshot))
     r = await home.client.post(
         f"/v1/pairings/{pairing['pairing_id']}/consent",
-        json={"comparison_code": code, "approved": True, "grants": ["phone_actions", "sms_send"]},
+        json={
+            "comparison_code": code,
+            "approved": True,
+            "grants": ["phone_actions", "sms_send", "approvals"],
+        },
         headers=bearer(consent_by or home.user),
     )
     assert r.status_code == 200, r.text
@@ -299,6 +303,7 @@ async def test_the_app_pairs_from_the_qr_link_with_a_key_that_cannot_leave_the_b
     assert {c["name"]: c["granted"] for c in device["capabilities"]} == {
         "phone_actions": True,
         "sms_send": True,
+        "approvals": True,  # the app declares it; the person granted it: it can approve for her
     }
     key = await phone.page.evaluate(
         """async () => {

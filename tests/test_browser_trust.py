@@ -85,3 +85,34 @@ async def test_the_app_shows_a_new_device_with_its_comparison_code_and_its_signa
     assert shown.json()["status"] == "confirmed"
     beat = await home.client.post("/v1/device/heartbeat", headers=bearer(claimed.json()["device_token"]))
     assert beat.status_code == 204
+
+
+async def test_the_app_shows_a_devices_grant_request_and_its_signature_grants_it(
+    phone: Phone, home: Home
+) -> None:
+    from playwright.async_api import expect
+
+    enrolled = await home.client.post(
+        "/v1/users/ana/devices", json=device_body("hall-lamp", [LAMP]), headers=bearer(home.operator)
+    )
+    assert enrolled.status_code == 201, enrolled.text
+    lamp = bearer(enrolled.json()["device_token"])
+    r = await home.client.put(
+        "/v1/device/capabilities", json={"capabilities": [LAMP | {"granted": True}]}, headers=lamp
+    )
+    assert r.json()["grants_asked"] == ["set_light"]
+    [asked] = [
+        a
+        for a in (await home.client.get("/v1/inbox", headers=bearer(home.user))).json()["approvals"]
+        if a["kind"] == "grant"
+    ]
+    card = phone.card(asked["binding_code"])
+    await expect(card).to_be_visible(timeout=WAIT_MS)
+    await expect(card.locator(".card-title")).to_have_text("A device asks for a grant")
+    await expect(card.locator(".fields")).to_contain_text("Asks you before each call")
+    await expect(card.locator(".fields")).to_contain_text("brightness (number)")
+    await card.locator(".confirm").click()
+    await expect(card).to_have_count(0, timeout=WAIT_MS)
+    devices = (await home.client.get("/v1/users/ana/devices", headers=bearer(home.user))).json()["devices"]
+    [hall] = [d for d in devices if d["device_id"] == "hall-lamp"]
+    assert [c["granted"] for c in hall["capabilities"]] == [True]

@@ -301,6 +301,42 @@ async def test_the_console_shows_a_new_device_pairing_with_its_code(ana: Person)
     assert "data:image/svg+xml;base64," in html and "/app/#pair=tgp_" in html
 
 
+async def test_the_consoles_pairing_shows_approvals_as_can_approve_for_you_and_grants_what_is_ticked(
+    ana: Person,
+) -> None:
+    # ana's phone no longer approves for her: a new device is let in where she started the pairing.
+    r = await ana.client.put(
+        "/v1/users/ana/devices/ana-phone/grants",
+        json={"grants": {"approvals": False}},
+        headers=bearer(ana.tokens["user"]),
+    )
+    assert r.status_code == 200, r.text
+    await ana.sign_in_by_link()
+    r = await ana.post("/console/pairings", {})
+    location = r.headers["location"]
+    code = re.search(r"#pair=(tgp_[\w]+)", await ana.page(location))
+    assert code is not None
+    claim = {"code": code.group(1), **device_body("tablet", [LAMP])}  # a phone: it declares approvals
+    claimed = await ana.client.post("/v1/pair", json=claim)
+    assert claimed.status_code == 201, claimed.text
+    html = await ana.page(location)
+    assert "can approve for you" in html and 'value="approvals" checked' in html
+
+    fields = {
+        "comparison_code": claimed.json()["comparison_code"],
+        "decision": "approved",
+        "grant": "approvals",
+    }
+    r = await ana.post(f"{location}/consent", fields)
+    assert r.status_code == 303, r.text
+    devices = (await ana.client.get("/v1/users/ana/devices", headers=bearer(ana.tokens["user"]))).json()
+    [tablet] = [d for d in devices["devices"] if d["device_id"] == "tablet"]
+    assert {c["name"]: c["granted"] for c in tablet["capabilities"]} == {
+        "set_light": False,
+        "approvals": True,
+    }
+
+
 async def test_the_person_gives_an_agent_a_token_once_and_revokes_it(ana: Person) -> None:
     await ana.sign_in_by_link()
     r = await ana.post("/console/agents/tokens", {"agent_id": "planner", "scope": "tools", "expires": "1d"})

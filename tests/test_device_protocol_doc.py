@@ -86,7 +86,9 @@ def test_every_json_example_is_one_the_test_below_checks() -> None:
         if "type" in block:
             kinds.append(block["type"])
         else:
-            kinds.append(next(k for k in ("name", "invocations", "approvals", "event") if k in block))
+            kinds.append(
+                next(k for k in ("name", "invocations", "approvals", "event", "grants_asked") if k in block)
+            )
     assert sorted(kinds) == sorted(
         [
             "name",  # the manifest entry: enrolled below
@@ -99,6 +101,7 @@ def test_every_json_example_is_one_the_test_below_checks() -> None:
             "invocations",
             "event",  # the push message: its senders' shape is tests/test_push_senders.py's
             "approvals",
+            "grants_asked",  # the re-declaration's answer
         ]
     )
 
@@ -189,6 +192,28 @@ async def test_the_long_poll_item_has_the_shape_on_the_page(
     )
     r = await client.get("/v1/device/invocations", headers=bearer(lamp))
     assert shape(r.json()) == shape(example)
+
+
+async def test_the_redeclare_answer_has_the_shape_on_the_page(
+    server: Server, client: httpx.AsyncClient
+) -> None:
+    operator = await new_tenant(server.database_url)  # type: ignore[attr-defined]
+    as_operator = bearer(operator)
+    assert (await client.post("/v1/users", json={"user_id": "ana"}, headers=as_operator)).status_code == 201
+    phone = device_body("ana-phone", [], grants=[])  # an approver: the grant is asked of it
+    assert (await client.post("/v1/users/ana/devices", json=phone, headers=as_operator)).status_code == 201
+    lamp = device_body("desk-lamp", [], grants=[])
+    token = (await client.post("/v1/users/ana/devices", json=lamp, headers=as_operator)).json()[
+        "device_token"
+    ]
+    await client.post("/v1/device/heartbeat", headers=bearer(token))
+    example = _example(lambda block: "grants_asked" in block)
+    entry = example["device"]["capabilities"][0]
+    asked = {k: entry[k] for k in ("name", "kind", "description")} | {"granted": True}
+    r = await client.put("/v1/device/capabilities", json={"capabilities": [asked]}, headers=bearer(token))
+    assert r.status_code == 200, r.text
+    assert shape(r.json()) == shape(example)
+    assert r.json()["grants_asked"] == example["grants_asked"] and r.json()["note"] == example["note"]
 
 
 async def test_the_status_codes_on_the_page_are_the_ones_the_gateway_answers(

@@ -136,6 +136,31 @@ async def test_approvals_arrive_on_the_link_when_it_opens_and_the_moment_they_op
         assert second["approval"] in inbox  # the frame carries the inbox item as it is
 
 
+async def test_a_lamps_link_carries_only_the_cards_of_calls_to_itself_and_an_approvers_carries_all(
+    home: Home,
+) -> None:
+    as_operator = bearer(home.operator)
+    door = {"name": "unlock_door", "kind": "actuator", "description": "Unlock the door.", "confirm": True}
+    body = device_body("front-door", [door], kind="door", grants=["unlock_door"])
+    assert (
+        await home.client.post("/v1/users/ana/devices", json=body, headers=as_operator)
+    ).status_code == 201
+    body = device_body("ana-phone", [], grants=[])  # a phone: it declares approvals, and is granted it
+    r = await home.client.post("/v1/users/ana/devices", json=body, headers=as_operator)
+    assert r.status_code == 201, r.text
+    phone = r.json()["device_token"]
+    doors = await home.invoke("device__front_door__unlock_door", arguments={})
+    assert doors["status"] == "awaiting_approval"
+    async with home.link() as link:
+        mine = await home.invoke("device__desk_lamp__unplug", arguments={})
+        first = await _frame(link, "device:approval")
+        assert first["approval"]["binding_code"] == mine["binding_code"]  # never the door's card
+    phones_link = websockets.connect(home.ws_url, additional_headers=bearer(phone), compression=None)
+    async with phones_link as link:
+        shown = {(await _frame(link, "device:approval"))["approval"]["binding_code"] for _ in range(2)}
+    assert shown == {doors["binding_code"], mine["binding_code"]}
+
+
 async def test_every_device_result_gets_an_ack_saying_what_became_of_it(home: Home) -> None:
     async with home.link() as link:
         call = await home.invoke()

@@ -163,10 +163,15 @@ async def test_a_tool_exists_exactly_while_declared_granted_and_active(world: Wo
     assert r.status_code == 200, r.text
     assert await world.tool_names(agent) == []  # the granted sensor was removed; set_light is not granted
 
-    await world.client.put(
+    r = await world.client.put(
         "/v1/device/capabilities",
         json={"capabilities": [LAMP, THERMOMETER | {"granted": True}]},
         headers=bearer(lamp),
+    )
+    assert r.json()["grants_not_asked"] == ["read_temperature"]  # no approver: the device cannot grant
+    assert await world.tool_names(agent) == []
+    r = await world.client.put(
+        "/v1/users/ana/devices/desk-lamp/grants", json={"grants": ["read_temperature"]}, headers=bearer(user)
     )
     assert await world.tool_names(agent) == ["device__desk_lamp__read_temperature"]
 

@@ -174,9 +174,9 @@ def _pair_as_the_readme_shows(folder: Path, port: int) -> None:
         words = shlex.split(phone[1].replace("<that link>", shlex.quote(link)))
         claimed = tapgate_in(folder, *words[1:])
         assert claimed.returncode == 0, claimed.stderr
-        operator.expect("ana-phone\\) wants in; it can: sms_send")
+        operator.expect("ana-phone\\) wants in; it can: sms_send, approvals \\(can approve for you\\)")
         operator.say(claimed.stdout.strip().splitlines()[-1].split()[-1])
-        operator.expect("Paired ana-phone for ana; granted: sms_send.")
+        operator.expect("Paired ana-phone for ana; granted: sms_send, approvals\\.")
         assert operator.process.wait(timeout=30) == 0
     finally:
         operator.close()

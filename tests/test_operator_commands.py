@@ -92,6 +92,42 @@ def test_device_list_grant_and_revoke_act_on_a_persons_devices(config: Path) -> 
     assert "has no device 'nope'" in _tapgate(config, "device", "revoke", "nope", "--user", "ana", code=1)
 
 
+def test_device_grant_approvals_makes_a_device_that_declares_it_an_approver(config: Path) -> None:
+    import asyncio
+
+    from tapgate.bootstrap import build_gateway
+    from tapgate.config import load_settings
+    from tapgate.domain.principals import Principal, TokenKind
+
+    _enrol_lamp(config)
+    operator = Principal(tenant_id="default", credential_id="t", kind=TokenKind.OPERATOR, scopes=frozenset())
+
+    async def enrol_tablet() -> None:
+        gateway = build_gateway(load_settings(str(config)))
+        try:  # a phone declares approvals; enrolled without grants, it approves nothing yet
+            await gateway.enrol_device(operator, "ana", device_body("tablet", []))
+        finally:
+            await gateway.close()
+
+    async def approvers() -> list[str]:
+        gateway = build_gateway(load_settings(str(config)))
+        try:
+            found = await gateway.list_devices(operator, "ana")
+            return sorted(d.device_id for d in found if d.approver)
+        finally:
+            await gateway.close()
+
+    asyncio.run(enrol_tablet())
+    assert asyncio.run(approvers()) == []
+    granted = _tapgate(config, "device", "grant", "tablet", "approvals", "--user", "ana")
+    assert "granted: approvals" in granted
+    assert asyncio.run(approvers()) == ["tablet"]
+    # A lamp that does not declare approvals cannot be made one: it shows no cards to sign.
+    refused = _tapgate(config, "device", "grant", "desk-lamp", "approvals", "--user", "ana", code=1)
+    assert "does not declare 'approvals'" in refused
+    assert asyncio.run(approvers()) == ["tablet"]
+
+
 def test_backup_copies_the_sqlite_database_into_a_file_that_opens(config: Path, tmp_path: Path) -> None:
     _tapgate(config, "user", "add", "ana")
     copy = tmp_path / "copy.db"

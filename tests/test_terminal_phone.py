@@ -122,6 +122,7 @@ class Person:
         manifest: list[dict[str, Any]] | None = None,
         grants: tuple[str, ...] = (SET_LIGHT, "unplug"),
         alg: str = "p256",
+        kind: str = "lamp",
     ) -> Path:
         """keygen, `tapgate device pair` by the link, the person's consent with the printed code."""
         key = self.folder / f"{device}.pem"
@@ -134,7 +135,7 @@ class Person:
         pairing = r.json()
         state = self.folder / f"{device}-state.json"
         paired = tapgate(
-            "device", "pair", pairing["url"], str(key), device, "--kind", "lamp",
+            "device", "pair", pairing["url"], str(key), device, "--kind", kind,
             "--capability", f"@{manifest_file}", "--state", str(state),
         )  # fmt: skip
         assert paired.returncode == 0, paired.stderr
@@ -703,7 +704,11 @@ async def _running(phone: Phone) -> AsyncIterator[asyncio.Task[Ending]]:
 
 
 async def _enrolled(person: Person, client: httpx.AsyncClient, key: Any) -> str:
-    body = device_body(key, "ana-lamp", None, "lamp", LAMP_MANIFEST) | {"grants": [SET_LIGHT, "unplug"]}
+    # It runs the lamp's handlers and approves for ana as well: it declares approvals, and is granted it.
+    manifest = [*LAMP_MANIFEST, {"name": "approvals"}]
+    body = device_body(key, "ana-lamp", None, "lamp", manifest) | {
+        "grants": [SET_LIGHT, "unplug", "approvals"]
+    }
     r = await client.post("/v1/users/ana/devices", json=body, headers=bearer(person.operator))
     assert r.status_code == 201, r.text
     return str(r.json()["device_token"])
@@ -1110,8 +1115,18 @@ def test_run_shows_an_agents_notice_that_arrives_on_its_link_once(
     assert sum("notice run.finished" in line for line in phone.lines) == 1
 
 
+def test_a_phone_pairs_declaring_approvals_and_a_lamp_does_not(person: Person) -> None:
+    person.pair("ana-lamp")  # first: once ana has an approver, a new device is vouched for on it
+    person.pair("ana-phone", kind="phone", grants=("approvals",))
+    devices = person.client.get("/v1/users/ana/devices", headers=bearer(person.user)).json()["devices"]
+    declared = {d["device_id"]: {c["name"]: c["granted"] for c in d["capabilities"]} for d in devices}
+    assert declared["ana-phone"]["approvals"] is True
+    assert "approvals" not in declared["ana-lamp"]
+
+
 def test_device_login_signs_the_person_into_the_console_with_the_phones_key(person: Person) -> None:
-    state = person.pair()
+    # Paired as a phone, it declares approvals; the person grants it ("can approve for you").
+    state = person.pair("ana-phone", kind="phone", grants=(SET_LIGHT, "unplug", "approvals"))
     tenant = person.operator.split("_")[1]
     relayed = {"user-agent": "Mozilla/5.0 (X11; Linux x86_64) Firefox/128.0 Ana's MacBook"}
     with httpx.Client(base_url=person.server.url, timeout=TIMEOUT, headers=relayed) as browser:

@@ -118,3 +118,31 @@ async def test_the_phone_shows_a_device_pair_approval_with_its_comparison_code_a
     assert shown["status"] == "confirmed"
     r = person.client.post("/v1/device/heartbeat", headers=bearer(claimed.json()["device_token"]))
     assert r.status_code == 204
+
+
+async def test_the_phone_shows_a_grant_request_with_the_capabilitys_bar_and_its_signature_grants_it(
+    person: Person,
+) -> None:
+    screen, seen = Screen(), Seen()
+    async with _phone(person, screen, seen):
+        enrolled = person.client.post(
+            "/v1/users/ana/devices", json=device_body("hall-lamp", [LAMP]), headers=bearer(person.operator)
+        )
+        assert enrolled.status_code == 201, enrolled.text
+        lamp = bearer(enrolled.json()["device_token"])
+        r = person.client.put(
+            "/v1/device/capabilities", json={"capabilities": [LAMP | {"granted": True}]}, headers=lamp
+        )
+        assert r.json()["grants_asked"] == ["set_light"]
+        line = await screen.expect("approved (signed by ana-lamp)")
+    [request] = seen.requests
+    assert request.kind == "grant" and request.subject == "hall-lamp"
+    assert ("Capability", "set_light") in request.fields
+    assert ("Asks you before each call", "no") in request.fields
+    card = io.StringIO()
+    CardScreen(Console(file=card, width=160)).approval(request)
+    assert "Asks you before each call" in card.getvalue() and "brightness (number)" in card.getvalue()
+    assert request.id in line
+    devices = person.client.get("/v1/users/ana/devices", headers=bearer(person.user)).json()["devices"]
+    [hall] = [d for d in devices if d["device_id"] == "hall-lamp"]
+    assert [c["granted"] for c in hall["capabilities"]] == [True]

@@ -118,7 +118,9 @@ async def test_a_stolen_user_token_cannot_pair_its_own_key_when_the_person_has_a
         r = await ana.consent(pairing_id, claimed["comparison_code"], thief)
 
         assert r.status_code == 403, r.text
-        assert "approve this pairing on one of your paired devices" in r.json()["error"]["message"].lower()
+        assert (
+            "approve this pairing on a device that approves for you" in r.json()["error"]["message"].lower()
+        )
         assert not await ana.alive(claimed["device_token"])
         r = await ana.consent(pairing_id, claimed["comparison_code"], ana.user)
         assert r.status_code == 403

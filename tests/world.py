@@ -21,6 +21,7 @@ LAMP = {
     },
     "confirm": False,
 }
+APPROVALS = {"name": "approvals"}  # the built-in that makes a device an approver
 THERMOMETER = {"name": "read_temperature", "kind": "sensor", "description": "The room's temperature in °C."}
 
 
@@ -51,14 +52,20 @@ def device_body(
     device_id: str, capabilities: list[dict[str, Any]], key: Key | None = None, **extra: Any
 ) -> dict[str, Any]:
     key = key or new_key()
+    kind = extra.get("kind", "lamp" if "lamp" in device_id else "phone")
     body = {
         "device_id": device_id,
         "name": device_id.replace("-", " ").capitalize(),
-        "kind": "lamp" if "lamp" in device_id else "phone",
+        "kind": kind,
         "alg": key.alg,
         "public_key": key.public_b64,
         "capabilities": capabilities,
     }
+    if kind == "phone" and all(c.get("name") != "approvals" for c in capabilities):
+        # A phone declares that it approves for its person, as the browser app and the terminal phone do.
+        body["capabilities"] = [*capabilities, APPROVALS]
+        if "grants" in extra:  # enrolled: the operator grants it, as the person does at pairing
+            extra = extra | {"grants": [*extra["grants"], "approvals"]}
     return body | extra
 
 
@@ -93,6 +100,10 @@ class World:
         return await self.token(user_id, "agent", agent_id=agent_id)
 
     async def enrol(self, user_id: str, body: dict[str, Any]) -> str:
+        """Enrol ``body`` as the operator; a device that declares ``approvals`` is granted it, as the
+        person grants it when they pair their phone."""
+        if any(c.get("name") == "approvals" for c in body["capabilities"]):
+            body = body | {"grants": sorted({*body.get("grants", []), "approvals"})}
         r = await self.client.post(f"/v1/users/{user_id}/devices", json=body, headers=bearer(self.operator))
         assert r.status_code == 201, r.text
         return str(r.json()["device_token"])

@@ -119,7 +119,7 @@ def _phone(
     )
     code = paired.stdout.strip().splitlines()[-1].removeprefix("comparison code: ") if paired.stdout else ""
     _step("tapgate device pair claims the link and shows a comparison code", paired.returncode == 0, code)
-    grants = ["set_light", "unplug", "sms_send", "phone_actions"]
+    grants = ["set_light", "unplug", "sms_send", "phone_actions", "approvals"]
     consent = {"comparison_code": code, "approved": True, "grants": grants}
     r = client.post(f"/v1/pairings/{pairing['pairing_id']}/consent", json=consent, headers=user)
     _step(
@@ -129,7 +129,8 @@ def _phone(
     )
     r = client.post(f"/v1/pairings/{pairing['pairing_id']}/consent", json=consent, headers=operator)
     _step(
-        "the operator checks the code with ana and consents, granting the lamp, texts and phone actions",
+        "the operator checks the code with ana and consents: the lamp, texts, phone actions, and approvals "
+        "(it can approve for her)",
         r.status_code == 200,
         r.text[:60],
     )

@@ -305,9 +305,10 @@ class Gateway:
         """Mark the device present now (other requests mark it at most every half minute)."""
         await devices.touch(self.store, self.clock, caller)
 
-    async def redeclare_capabilities(self, caller: DeviceCaller, entries: object) -> Device:
+    async def redeclare_capabilities(self, caller: DeviceCaller, entries: object) -> devices.Redeclared:
         devices.require_device_scope(caller, Scope.DEVICE_WRITE)
-        return await devices.redeclare_capabilities(self.store, self.clock, caller, entries)
+        window = self.ctx.limits.approval_sign_ttl_seconds
+        return await devices.redeclare_capabilities(self.store, self.clock, caller, entries, window)
 
     # pairing
 

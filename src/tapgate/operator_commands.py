@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 
 import typer
 
-from tapgate.domain.devices import Device
+from tapgate.domain.devices import APPROVALS, Device
 from tapgate.domain.errors import ConfigurationError, InvalidInput, TapgateError
 from tapgate.domain.pairing import ComparisonMismatch, PairingStatus
 from tapgate.domain.principals import Principal, TokenKind
@@ -154,7 +154,10 @@ def device_grant(
     tenant: TenantOption = "default",
     config: ConfigOption = None,
 ) -> None:
-    """Operator: grant capabilities of a device (the agent may then call them), or withdraw them."""
+    """Operator: grant capabilities of a device (the agent may then call them), or withdraw them.
+
+    Granting ``approvals`` makes the device an approver: it receives and signs the person's approvals.
+    Only a device that declares ``approvals`` can be one."""
     grants = dict.fromkeys(capabilities, not off)
     device = _with_gateway(config, lambda g: g.set_grants(_operator(tenant), user, device_id, grants))
     typer.echo(_describe(device))
@@ -229,8 +232,9 @@ def pair(
                 raise _fail(f"The pairing ended before a device claimed it ({current.status.value}).")
             await asyncio.sleep(PAIR_POLL_SECONDS)
         names = [d.capability.name for d in device.capabilities]
+        shown = [f"{n} (can approve for you)" if n == APPROVALS else n for n in names]
         typer.echo(
-            f"{device.name} ({device.kind}, id {device.device_id}) wants in; it can: {', '.join(names)}."
+            f"{device.name} ({device.kind}, id {device.device_id}) wants in; it can: {', '.join(shown)}."
         )
         grants = grant if grant is not None else _ask_grants(names)
         while True:

@@ -154,6 +154,19 @@ class DeviceAnswer(BaseModel):
     device: DeviceView
 
 
+class Redeclared(DeviceAnswer):
+    grants_asked: list[str] = Field(
+        default_factory=list,
+        description="Capabilities marked granted: true that now wait for the person to approve the grant.",
+    )
+    grants_not_asked: list[str] = Field(
+        default_factory=list,
+        description="Capabilities marked granted: true that stay ungranted until the person grants them "
+        "in the console (they have no device that approves for them).",
+    )
+    note: str | None = Field(None, description="What became of the grants the device marked, in words.")
+
+
 class EnrolledDevice(BaseModel):
     device: DeviceView
     device_token: str = Field(description="Shown once; tapgate keeps only its hash.")

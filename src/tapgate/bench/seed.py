@@ -230,7 +230,9 @@ async def open_approvals(url: str, tenant: Tenant, count: int, concurrency: int 
             await operator.user(user)
             agent = await operator.token(user, "agent")
             await operator.enrol(user, device_body("door", [DOOR], public_key(phone_key)))
-            phone = await operator.enrol(user, device_body("phone", [], public_key(phone_key)))
+            # The person's phone approves for them: it declares approvals, and is granted it.
+            approver = [{"name": "approvals"}]
+            phone = await operator.enrol(user, device_body("phone", approver, public_key(phone_key)))
             calls = min(500, count - p * 500)
             gate = asyncio.Semaphore(concurrency)
             body = {"tool": "device__door__unlock_door", "arguments": {"on": True}}

@@ -22,7 +22,7 @@ from websockets.asyncio.client import connect as websocket_connect
 from tapgate.device.cards import Screen, comparison_panel
 from tapgate.device.handlers import HandlerError, Handlers, load_handlers
 from tapgate.device.keyfile import KeyFileError, generate_key, public_key_base64, read_key, write_key
-from tapgate.device.manifest import ManifestError, device_body, read_capabilities
+from tapgate.device.manifest import APPROVALS, ManifestError, device_body, read_capabilities
 from tapgate.device.phone import Answer, Link, Phone
 from tapgate.device.prompts import Ask, always, always_decide
 from tapgate.device.signing import CannotSign, decision_body
@@ -92,11 +92,16 @@ def _state(path: Path) -> PhoneState:
         _fail(str(e))
 
 
-def _capabilities(values: list[str] | None) -> list[dict[str, Any]]:
+def _capabilities(values: list[str] | None, kind: str) -> list[dict[str, Any]]:
+    """The manifest: the --capability entries, and for a phone the built-in ``approvals`` (it shows and
+    signs the person's approvals, once the person grants it)."""
     try:
-        return read_capabilities(values or [])
+        found = read_capabilities(values or [])
     except ManifestError as e:
         _fail(str(e), 2)
+    if kind == "phone" and all(entry.get("name") != APPROVALS for entry in found):
+        found.append({"name": APPROVALS})
+    return found
 
 
 def _push(kind: str | None, token: str | None) -> dict[str, str] | None:
@@ -171,7 +176,8 @@ def enrol(
 
     Posted, the device token is on the last line; --state also writes a state file for 'run'."""
     key = _key(keyfile)
-    body = device_body(key, device_id, name, kind, _capabilities(capability), _push(push_kind, push_token))
+    manifest = _capabilities(capability, kind)
+    body = device_body(key, device_id, name, kind, manifest, _push(push_kind, push_token))
     if grant:
         body["grants"] = grant
     posting = [url, user, operator_token]
@@ -219,7 +225,8 @@ def pair(
     except StateError as e:
         _fail(str(e), 2)
     key = _key(keyfile)
-    body = device_body(key, device_id, name, kind, _capabilities(capability), _push(push_kind, push_token))
+    manifest = _capabilities(capability, kind)
+    body = device_body(key, device_id, name, kind, manifest, _push(push_kind, push_token))
     r = _request("POST", f"{link.gateway_url}/v1/pair", ca_file, json=body | {"code": link.code})
     if r.status_code != 201:
         _fail(f"The gateway refused the pairing: {_error(r)}")

@@ -10,7 +10,9 @@ from typing import Any
 from tapgate.device.keyfile import algorithm_of, public_key_base64
 from tapgate.domain.approvals import PrivateKey
 
-__all__ = ["ManifestError", "device_body", "read_capabilities"]
+__all__ = ["APPROVALS", "ManifestError", "device_body", "read_capabilities"]
+
+APPROVALS = "approvals"  # the built-in a phone declares to show and sign the person's approvals
 
 
 class ManifestError(Exception):

@@ -7,7 +7,11 @@ A manifest entry:
 
 Names, lengths and counts are bounded, and no text that a person or a model will read may carry a
 control, format, bidirectional, invisible or tag character. The built-in capabilities (``sms_send``,
-``phone_actions``) keep the server's own kind, description and params whatever the device sends.
+``phone_actions``, ``approvals``) keep the server's own kind, description and params whatever the device
+sends.
+
+``approvals`` is no tool: a device that declares it and that the person granted it to is an *approver*,
+one that receives and signs the person's approvals (``Device.approver``).
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ _FRAMING = re.compile(r"[\[\]()]")
 
 SMS_SEND = "sms_send"
 PHONE_ACTIONS = "phone_actions"
+APPROVALS = "approvals"
 
 
 class CapabilityKind(StrEnum):
@@ -97,6 +102,16 @@ class Capability:
     def builtin(self) -> bool:
         return self.name in BUILTINS
 
+    @property
+    def device_tool(self) -> bool:
+        """Whether an agent sees and calls it as ``device__<id>__<name>`` once granted."""
+        return TRAITS.get(self.name, _TOOL).device_tool
+
+    @property
+    def agent_facing(self) -> bool:
+        """Whether its grant changes what an agent may see or call (a tool, or the session's phone)."""
+        return TRAITS.get(self.name, _TOOL).agent_facing
+
     def as_dict(self) -> dict[str, Any]:
         return {
             "name": self.name,
@@ -131,6 +146,29 @@ BUILTINS: dict[str, Capability] = {
         CapabilityKind.ACTUATOR,
         "Do things on the phone the person confirms there: alarms, timers, routes, calls, messages, events.",
     ),
+    APPROVALS: Capability(
+        APPROVALS,
+        CapabilityKind.ACTUATOR,
+        "Approve for the person: show and sign their approvals (agents' calls, new devices, console "
+        "sign-ins, grants).",
+    ),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Traits:
+    """What sets a capability apart besides its text."""
+
+    device_tool: bool = True  # granted, an agent sees and calls it as device__<id>__<name>
+    agent_facing: bool = True  # its grant changes what an agent may see or call
+
+
+_TOOL = Traits()
+# phone_actions is offered as the session tool phone_action, never as a device's tool; approvals is the
+# person's trust in the device: no agent sees or calls it.
+TRAITS: dict[str, Traits] = {
+    PHONE_ACTIONS: Traits(device_tool=False),
+    APPROVALS: Traits(device_tool=False, agent_facing=False),
 }
 
 
@@ -192,6 +230,11 @@ class Device:
 
     def granted(self) -> list[Capability]:
         return [d.capability for d in self.capabilities if d.granted]
+
+    @property
+    def approver(self) -> bool:
+        """Whether this device speaks for the person: active, declaring ``approvals``, and granted it."""
+        return self.may_run(APPROVALS)
 
     def may_run(self, name: str) -> bool:
         """Whether a call to capability ``name`` may reach this device: the one rule the check chain,
@@ -400,21 +443,25 @@ def redeclare(current: Sequence[Declared], new: Sequence[Declared]) -> list[Decl
     """A device's new manifest over its old one.
 
     Removed capabilities vanish. A kept one keeps the person's grant unless its kind, ``confirm`` or
-    params changed: a changed capability asks the person again, and ``granted: true`` does not spare it,
-    so a device can never lower its own bar (drop ``confirm``, widen a param) and keep the grant. An
-    added one starts ungranted; ``granted: true`` in the new manifest is the person's act on the device's
-    own settings screen and grants it.
+    params changed: a changed capability asks the person again, so a device can never lower its own bar
+    (drop ``confirm``, widen a param) and keep the grant. An added one starts ungranted. ``granted:
+    true`` in the new manifest grants nothing: a device never raises its own grants, it asks
+    (``self_marked``).
     """
     before = {d.capability.name: d for d in current}
     out = []
     for entry in new:
         old = before.get(entry.capability.name)
-        if old is not None and changed(old.capability, entry.capability):
-            out.append(Declared(entry.capability, False))
-            continue
-        kept = old is not None and old.granted
-        out.append(Declared(entry.capability, entry.granted or kept))
+        kept = old is not None and old.granted and not changed(old.capability, entry.capability)
+        out.append(Declared(entry.capability, kept))
     return out
+
+
+def self_marked(merged: Sequence[Declared], new: Sequence[Declared]) -> list[Capability]:
+    """The capabilities a re-declaration marked ``granted: true`` that the person has not granted: what
+    the device asks the person to grant."""
+    granted = {d.capability.name for d in merged if d.granted}
+    return [d.capability for d in new if d.granted and d.capability.name not in granted]
 
 
 def changed(old: Capability, new: Capability) -> bool:

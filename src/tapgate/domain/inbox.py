@@ -15,7 +15,7 @@ from enum import StrEnum
 from typing import Any
 
 from tapgate.domain.approvals import SignBlock
-from tapgate.domain.devices import PHONE_ACTIONS, SMS_SEND, Capability, Device
+from tapgate.domain.devices import PHONE_ACTIONS, SMS_SEND, Capability, Device, DeviceStatus
 from tapgate.domain.errors import Conflict
 from tapgate.domain.shown import PREVIEW_MAX, VALUE_MAX, TooLongToShow
 from tapgate.domain.shown import shown as _shown
@@ -57,6 +57,23 @@ class Approval:
         if self.status is not ApprovalStatus.PENDING:
             raise Conflict(f"This approval was decided already: {self.status.value}.")
         return replace(self, status=status, decided_by=by, decided_at=now)
+
+
+def may_answer(device: Device, kind: str, subject: str, call: bool) -> bool:
+    """Whether ``device`` receives and signs an approval of ``kind`` about ``subject`` (``call``: an
+    agent's call waits on it). An approver answers every approval of its person; any other device only
+    the approvals of calls to itself, on a capability it declares with ``confirm``."""
+    if device.status is not DeviceStatus.ACTIVE:
+        return False
+    if device.approver:
+        return True
+    declared = device.declared(kind) if call and subject == device.device_id else None
+    return declared is not None and declared.capability.confirm
+
+
+def answers(device: Device, approval: Approval) -> bool:
+    """Whether ``device`` receives and signs ``approval`` (``may_answer``)."""
+    return may_answer(device, approval.kind, approval.subject, approval.invocation_id is not None)
 
 
 def erased_preview(kind: str) -> dict[str, Any]:

@@ -1,6 +1,6 @@
 """Vouching (DESIGN §15): a user who has a device already lets a new one in only from a device they have.
 
-A claimed pairing opens an approval of kind ``device_pair`` on the user's devices. Its planned action, like
+A claimed pairing opens an approval of kind ``device_pair`` on the user's approvers. Its planned action, like
 any other approval's, is hashed into the signed text: the new device's id, name, kind, key fingerprint and
 the comparison code the new device shows, so the person who compares the two codes signs what they saw.
 """
@@ -16,11 +16,11 @@ from tapgate.domain.devices import Device
 DEVICE_PAIR = "device_pair"
 FINGERPRINT_HEX = 16
 WHERE_TO_APPROVE = (
-    "Approve this pairing on one of your paired devices: it shows the new device and its comparison code."
+    "Approve this pairing on a device that approves for you: it shows the new device and its comparison code."
 )
 NEEDS_OPERATOR = (
-    "This gateway requires a device signature, and this person has no paired device yet: ask an operator "
-    "to consent to this first pairing."
+    "This gateway requires a device signature, and this person has no device that approves for them yet: "
+    "ask an operator to consent to this pairing."
 )
 
 

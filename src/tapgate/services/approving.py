@@ -20,7 +20,8 @@ from tapgate.domain.console import CONSOLE_LOGIN, PAUSED_REASON
 from tapgate.domain.devices import Device, DeviceStatus
 from tapgate.domain.errors import Conflict, Forbidden, Gone, InvalidInput, NotFound
 from tapgate.domain.events import APPROVAL_DECIDED
-from tapgate.domain.inbox import Approval, ApprovalStatus
+from tapgate.domain.grant_requests import GRANT
+from tapgate.domain.inbox import Approval, ApprovalStatus, answers
 from tapgate.domain.invocations import Invocation, Status
 from tapgate.domain.passkeys import Relying
 from tapgate.domain.principals import Principal, Scope, TokenKind
@@ -31,6 +32,7 @@ from tapgate.services import console, passkeys
 from tapgate.services.context import Context, events_key, inbox_key, invocation_key, sleep_until_woken
 from tapgate.services.decisions import record_decision
 from tapgate.services.endings import announce
+from tapgate.services.granted import grant_decided
 from tapgate.services.invoking import deliver, timeout_for
 from tapgate.services.vouched import vouched
 
@@ -71,11 +73,22 @@ async def inbox(ctx: Context, caller: Principal, wait: float = 0) -> Sequence[Ap
             woken.clear()
             now = ctx.clock.now()
             async with ctx.store.unit_of_work(caller.tenant_id) as uow:
-                found = [a for a in await uow.approvals.pending_for(user_id) if a.expires_at > now]
+                open_ = [a for a in await uow.approvals.pending_for(user_id) if a.expires_at > now]
+                found = await _theirs(uow, caller, open_)
             left = deadline - loop.time()
             if found or left <= 0:
                 return found
             await sleep_until_woken(ctx, woken, left)
+
+
+async def _theirs(uow: UnitOfWork, caller: Principal, found: Sequence[Approval]) -> Sequence[Approval]:
+    """What of ``found`` the caller receives: all of it for the person, a device's own share for a device
+    (``answers``: every approval for an approver, a lamp only the calls to itself it confirms)."""
+    if caller.kind is not TokenKind.DEVICE or not found:
+        return found
+    assert caller.device_uid is not None
+    device = await uow.devices.by_uid(caller.device_uid)
+    return [a for a in found if answers(device, a)] if device is not None else []
 
 
 async def decide(
@@ -132,16 +145,18 @@ async def decide(
             )
             refusal = e
         else:
-            if approval.kind == CONSOLE_LOGIN:
-                approval = await console.login_decided(
-                    uow, caller, approval, body.decision, by, device_id, now
-                )
-            elif invocation is None:
-                approval = await vouched(uow, caller, approval, body.decision, by, device_id, now)
-            else:
+            if invocation is not None:
                 approval = await _record(
                     ctx, uow, caller, approval, invocation, body, message, by, device_id, now, verified_by
                 )
+            elif approval.kind == CONSOLE_LOGIN:
+                approval = await console.login_decided(
+                    uow, caller, approval, body.decision, by, device_id, now
+                )
+            elif approval.kind == GRANT:
+                approval = await grant_decided(uow, caller, approval, body.decision, by, device_id, now)
+            else:
+                approval = await vouched(uow, caller, approval, body.decision, by, device_id, now)
     if refusal is not None:
         raise refusal
     return approval
@@ -161,7 +176,7 @@ async def _check_decider(
         if caller.kind is TokenKind.DEVICE:
             raise Forbidden("A device decides by signing: send the signature of the decision.")
         if approval.kind == DEVICE_PAIR and body.decision is Decision.APPROVED:
-            raise Forbidden("A new device is let in only by a signature from one of your paired devices.")
+            raise Forbidden("A new device is let in only by a signature from a device that approves for you.")
         if ctx.limits.require_device_signature or caller.require_device_signature:
             raise Forbidden("This decision needs a signature from one of your devices.")
         return f"user:{caller.user_id} (no device signature)", None
@@ -175,6 +190,8 @@ async def _check_decider(
     device = await uow.devices.get(approval.user_id, device_id)
     if device is None or device.status is not DeviceStatus.ACTIVE:
         raise SignatureRefused("unknown, revoked or foreign device")
+    if not answers(device, approval):
+        raise SignatureRefused("the device does not approve for the person")
     if int(now.timestamp()) >= approval.sign.expires_at or now >= approval.expires_at:
         raise SignatureRefused("the signing window has passed")
     payload = signed_text(

@@ -49,6 +49,10 @@ from tapgate.services.context import Context, events_key, inbox_key, sign_in_key
 from tapgate.services.decisions import record_decision
 from tapgate.services.endings import refuse_unhanded
 
+NOT_AN_APPROVER = (
+    "Only a device that approves for you signs you in to the console: use your phone, or grant this device "
+    "'approvals' first."
+)
 PAUSED_UNTIL = datetime.fromisoformat("9999-12-31T00:00:00+00:00")  # "until resumed"
 _HISTORY_MAX = 200
 _AUDIT_WINDOW = 1000  # the newest entries of the tenant the console looks through for the person's own
@@ -138,11 +142,15 @@ async def create_link(ctx: Context, caller: Principal, user_id: str) -> str:
 
 async def ask_phone(ctx: Context, caller: Principal, sign_in_id: str, address: str) -> Approval:
     """The paired phone that scanned the console's code (its request from ``address``) opens a
-    console_login approval for its person. Raises NotFound, Gone, Conflict."""
+    console_login approval for its person; only an approver (a device that approves for the person) may.
+    Raises Forbidden, NotFound, Gone, Conflict."""
     caller.require(TokenKind.DEVICE)
-    assert caller.user_id is not None
+    assert caller.user_id is not None and caller.device_uid is not None
     now = ctx.clock.now()
     async with ctx.store.unit_of_work(caller.tenant_id) as uow:
+        device = await uow.devices.by_uid(caller.device_uid)
+        if device is None or not device.approver:
+            raise Forbidden(NOT_AN_APPROVER)
         sign_in = await uow.sign_ins.get(sign_in_id)
         if sign_in is None or sign_in.kind is not SignInKind.PHONE:
             raise NotFound("There is no such console sign-in; scan the code the console shows now.")

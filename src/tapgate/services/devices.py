@@ -23,6 +23,7 @@ from tapgate.domain.devices import (
     parse_manifest,
     read_grants,
     redeclare,
+    self_marked,
 )
 from tapgate.domain.errors import Conflict, Forbidden, InvalidInput, NotFound, Unauthenticated
 from tapgate.domain.events import (
@@ -32,6 +33,7 @@ from tapgate.domain.events import (
     DEVICE_PAIRED,
     DEVICE_REVOKED,
 )
+from tapgate.domain.grant_requests import grants_note
 from tapgate.domain.keys import canonical_public_key, load_public_key
 from tapgate.domain.pairing import PAIRING_TTL
 from tapgate.domain.principals import SCOPES_BY_KIND, Principal, Scope, TokenKind
@@ -41,6 +43,7 @@ from tapgate.services.console import end_sessions_signed_by
 from tapgate.services.context import auth_key
 from tapgate.services.device_events import announce_device
 from tapgate.services.endings import fail_open
+from tapgate.services.grant_requests import ask_for_grants
 from tapgate.services.tools import announce_change, visible
 
 
@@ -129,7 +132,7 @@ async def enrol(
     async with store.unit_of_work(caller.tenant_id) as uow:
         token = await add_device(uow, device, max_devices, caller.actor, "device.enrolled")
         await announce_device(uow, device, DEVICE_PAIRED, now)
-        if device.granted():
+        if visible(device.capabilities):
             await announce_change(uow, user_id, "enrolled", now, device_id=device.device_id)
     return NewDevice(device, token)
 
@@ -178,33 +181,41 @@ async def set_grants(
     now = clock.now()
     async with store.unit_of_work(caller.tenant_id) as uow:
         device = await _live_device(uow, user_id, device_id)
-        names = {d.capability.name for d in device.capabilities}
-        for name in grants:
-            if name not in names:
-                raise InvalidInput("grants", f"grants: device {device_id!r} does not declare {name!r}.")
-        updated = [
-            Declared(d.capability, grants.get(d.capability.name, d.granted)) for d in device.capabilities
-        ]
-        await uow.devices.set_capabilities(device.device_uid, updated)
-        before = {d.capability.name: d.granted for d in device.capabilities}
-        changes = {n: g for n, g in grants.items() if before[n] != g}
-        await uow.journal.append(
-            AuditRecord(
-                "grants.changed",
-                caller.actor,
-                subject=device_id,
-                data={
-                    "user_id": user_id,
-                    "granted": " ".join(sorted(n for n, g in changes.items() if g)),
-                    "withdrawn": " ".join(sorted(n for n, g in changes.items() if not g)),
-                },
-            ),
-            now,
-        )
-        if changes:
-            await announce_device(uow, device, DEVICE_CAPABILITIES_CHANGED, now)
-        if visible(updated) != visible(device.capabilities):
-            await announce_change(uow, user_id, "grants", now, device_id=device_id)
+        return await change_grants(uow, caller.actor, device, grants, now)
+
+
+async def change_grants(
+    uow: UnitOfWork, actor: str, device: Device, grants: Mapping[str, bool], now: datetime
+) -> Device:
+    """Grant (``True``) or withdraw (``False``) each capability ``grants`` names, as the person: the
+    console, the user, an operator, or an approver's signed ``grant``. Journalled, announced to the
+    device, and a ``tools.changed`` when the agents' tools differ. Raises InvalidInput for a name the
+    device does not declare."""
+    names = {d.capability.name for d in device.capabilities}
+    for name in grants:
+        if name not in names:
+            raise InvalidInput("grants", f"grants: device {device.device_id!r} does not declare {name!r}.")
+    updated = [Declared(d.capability, grants.get(d.capability.name, d.granted)) for d in device.capabilities]
+    await uow.devices.set_capabilities(device.device_uid, updated)
+    before = {d.capability.name: d.granted for d in device.capabilities}
+    changes = {n: g for n, g in grants.items() if before[n] != g}
+    await uow.journal.append(
+        AuditRecord(
+            "grants.changed",
+            actor,
+            subject=device.device_id,
+            data={
+                "user_id": device.user_id,
+                "granted": " ".join(sorted(n for n, g in changes.items() if g)),
+                "withdrawn": " ".join(sorted(n for n, g in changes.items() if not g)),
+            },
+        ),
+        now,
+    )
+    if changes:
+        await announce_device(uow, device, DEVICE_CAPABILITIES_CHANGED, now)
+    if visible(updated) != visible(device.capabilities):
+        await announce_change(uow, device.user_id, "grants", now, device_id=device.device_id)
     return device.with_capabilities(updated)
 
 
@@ -218,7 +229,7 @@ async def revoke(store: Store, clock: Clock, caller: Principal, user_id: str, de
 
 
 async def revoke_in(uow: UnitOfWork, device: Device, now: datetime, actor: str, action: str) -> None:
-    if device.status is DeviceStatus.ACTIVE and device.granted():
+    if device.status is DeviceStatus.ACTIVE and visible(device.capabilities):
         await announce_change(uow, device.user_id, "revoked", now, device_id=device.device_id)
     await uow.devices.set_status(device.device_uid, DeviceStatus.REVOKED, now)
     await uow.credentials.revoke_device(device.device_uid, now)
@@ -261,8 +272,22 @@ async def authenticate_device(
     return DeviceCaller(caller, replace(device, last_seen_at=now))
 
 
-async def redeclare_capabilities(store: Store, clock: Clock, caller: DeviceCaller, entries: object) -> Device:
-    """The device re-declares its capabilities. Raises InvalidInput."""
+@dataclass(frozen=True, slots=True)
+class Redeclared:
+    device: Device
+    asked: list[str]  # self-marked grants that now wait for the person's approvers
+    unasked: list[str]  # self-marked grants no approver was asked for: the person grants them elsewhere
+
+    @property
+    def note(self) -> str | None:
+        return grants_note(self.asked, self.unasked)
+
+
+async def redeclare_capabilities(
+    store: Store, clock: Clock, caller: DeviceCaller, entries: object, window: int
+) -> Redeclared:
+    """The device re-declares its capabilities; each it marks ``granted: true`` that the person has not
+    granted becomes a ``grant`` approval open ``window`` seconds. Raises InvalidInput."""
     new = parse_manifest(entries, allow_granted=True)
     now = clock.now()
     async with store.unit_of_work(caller.principal.tenant_id) as uow:
@@ -271,6 +296,9 @@ async def redeclare_capabilities(store: Store, clock: Clock, caller: DeviceCalle
             raise Unauthenticated("This device was removed; pair it again.")
         merged = redeclare(device.capabilities, new)
         await uow.devices.set_capabilities(device.device_uid, merged)
+        updated = device.with_capabilities(merged)
+        marked = [c.name for c in self_marked(merged, new)]
+        asked = await ask_for_grants(uow, updated, merged, self_marked(merged, new), window, now)
         before, after = {d.capability.name for d in device.capabilities}, {d.capability.name for d in merged}
         await uow.journal.append(
             AuditRecord(
@@ -282,6 +310,7 @@ async def redeclare_capabilities(store: Store, clock: Clock, caller: DeviceCalle
                     "removed": " ".join(sorted(before - after)),
                     "granted": " ".join(sorted(d.capability.name for d in merged if d.granted)),
                     "grants_removed": " ".join(grants_lost(device.capabilities, new)),
+                    "grants_asked": " ".join(asked),
                 },
             ),
             now,
@@ -290,7 +319,7 @@ async def redeclare_capabilities(store: Store, clock: Clock, caller: DeviceCalle
             await announce_device(uow, device, DEVICE_CAPABILITIES_CHANGED, now)
         if visible(merged) != visible(device.capabilities):
             await announce_change(uow, device.user_id, "capabilities", now, device_id=device.device_id)
-    return device.with_capabilities(merged)
+    return Redeclared(updated, asked, [n for n in marked if n not in asked])
 
 
 def _manifest(declared: Sequence[Declared]) -> list[tuple[dict[str, Any], bool]]:

@@ -22,7 +22,7 @@ from tapgate.domain.console import PAUSED_REASON
 from tapgate.domain.devices import PHONE_ACTIONS, SMS_SEND, Capability, Device, DeviceStatus
 from tapgate.domain.errors import Conflict, InvalidInput, NotFound
 from tapgate.domain.ids import new_id
-from tapgate.domain.inbox import render_preview
+from tapgate.domain.inbox import may_answer, render_preview
 from tapgate.domain.invocations import (
     CONFIRMED_ON_DEVICE,
     TRUST,
@@ -337,10 +337,16 @@ async def _chain(
             render_preview(capability, payload)
         except TooLongToShow:
             raise _deny(TOO_LONG, device, capability.name) from None
-        approvers = [d for d in await uow.devices.list(caller.user_id) if d.status is DeviceStatus.ACTIVE]
+        approvers = [
+            d
+            for d in await uow.devices.list(caller.user_id)
+            if may_answer(d, capability.name, device.device_id, call=True)
+        ]
         if not approvers:
             raise _policy(
-                "nobody can approve this call: the person has no active device", device, capability.name
+                "nobody can approve this call: the person has no device that approves for them",
+                device,
+                capability.name,
             )
         waiting = _new_invocation(
             ctx, caller, call, device, capability, payload, invocation_id, digest, now, origin
@@ -463,7 +469,7 @@ async def _resolve(
         raise _deny("unknown tool")
     _usable(found)
     declared = found.declared(name.capability)
-    if declared is None or name.capability == PHONE_ACTIONS:  # the session tool is never a device__ tool
+    if declared is None or not declared.capability.device_tool:  # phone_actions, approvals: never tools
         raise _deny("unknown tool")
     return found, declared.capability
 

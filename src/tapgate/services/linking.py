@@ -32,6 +32,7 @@ from tapgate.domain.frames import (
     invoke_frame,
     notice_frame,
 )
+from tapgate.domain.inbox import answers
 from tapgate.flag import Flag
 from tapgate.services import answering, devices
 from tapgate.services.answering import AlreadyAnswered
@@ -105,7 +106,13 @@ async def frames(
                         if look_at_calls:
                             pending = await answering.take_pending(uow, caller, now)
                         if look_at_approvals:
-                            open_ = [a for a in await uow.approvals.pending_for(user) if a.expires_at > now]
+                            # The device as stored now: what it may answer follows its grants at once.
+                            me = await uow.devices.by_uid(uid)
+                            open_ = [
+                                a
+                                for a in await uow.approvals.pending_for(user)
+                                if a.expires_at > now and me is not None and answers(me, a)
+                            ]
                         if look_at_notices:
                             unsent = await uow.outbox.notices_for(uid, since)
                 if pending is not None:

@@ -27,7 +27,7 @@ from tapgate.ports import Clock, Store, UnitOfWork
 from tapgate.services.context import auth_key
 from tapgate.services.device_events import announce_device
 from tapgate.services.devices import add_device, new_device, revoke_in
-from tapgate.services.tools import announce_change
+from tapgate.services.tools import announce_change, visible
 from tapgate.services.vouching import announce_paired, close_pair_approvals, open_pair_approval, vouchers
 
 
@@ -232,7 +232,7 @@ async def confirm(
     await announce_device(uow, device, DEVICE_PAIRED, now)
     await close_pair_approvals(uow, device.user_id, device.device_id, ApprovalStatus.APPROVED, actor, now)
     await announce_paired(uow, device, now)
-    if device.granted():
+    if visible(device.capabilities):
         await announce_change(uow, device.user_id, "paired", now, device_id=device.device_id)
     return device
 

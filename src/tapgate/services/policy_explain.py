@@ -85,8 +85,8 @@ def _resolve(devices: list[Device], tool: str) -> tuple[Device | None, str]:
     for device in active:
         if (
             device.device_id == name.device_id
-            and name.capability != PHONE_ACTIONS
-            and device.declared(name.capability) is not None
+            and (declared := device.declared(name.capability)) is not None
+            and declared.capability.device_tool
         ):
             return device, name.capability
     return None, ""

@@ -42,7 +42,7 @@ async def list_tools(
         device_tool(device, capability, format)
         for device in devices
         for capability in device.granted()
-        if capability.name != PHONE_ACTIONS
+        if capability.device_tool
     ]
     if (
         phone is not None
@@ -62,8 +62,9 @@ async def _phone(uow: UnitOfWork, device_uid: str | None) -> Device | None:
 
 
 def visible(capabilities: Sequence[Declared]) -> list[Capability]:
-    """What of a device's capabilities an agent can see: the granted ones."""
-    return [d.capability for d in capabilities if d.granted]
+    """What of a device's capabilities an agent can see: the granted ones that face agents (not
+    ``approvals``)."""
+    return [d.capability for d in capabilities if d.granted and d.capability.agent_facing]
 
 
 async def announce_change(

@@ -1,5 +1,6 @@
-"""Vouching (DESIGN §15): a new pairing of a user who has an active device waits for one of those devices
-to sign a ``device_pair`` approval; every completed pairing is announced to the user's other devices."""
+"""Vouching (DESIGN §15): a new pairing of a user who has an approver (a device that approves for them)
+waits for one of their approvers to sign a ``device_pair`` approval; every completed pairing is announced
+to the user's approvers."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from datetime import datetime
 
 from tapgate.domain.approvals import action_sha256, new_sign_block
 from tapgate.domain.audit import AuditRecord
-from tapgate.domain.devices import Device, DeviceStatus
+from tapgate.domain.devices import Device
 from tapgate.domain.events import APPROVAL_REQUESTED
 from tapgate.domain.ids import new_id
 from tapgate.domain.inbox import Approval, ApprovalStatus, binding_code
@@ -20,12 +21,8 @@ from tapgate.services.outbox import queue_push
 
 
 async def vouchers(uow: UnitOfWork, user_id: str, new_device_uid: str) -> list[Device]:
-    """The user's active devices other than the new one: those that can vouch for it."""
-    return [
-        d
-        for d in await uow.devices.list(user_id)
-        if d.status is DeviceStatus.ACTIVE and d.device_uid != new_device_uid
-    ]
+    """The user's approvers other than the new device: those that can vouch for it (a lamp never does)."""
+    return [d for d in await uow.devices.list(user_id) if d.approver and d.device_uid != new_device_uid]
 
 
 async def open_pair_approval(
@@ -83,6 +80,7 @@ async def close_pair_approvals(
 
 
 async def announce_paired(uow: UnitOfWork, device: Device, now: datetime) -> None:
-    """A content-free notice to each of the user's other devices: a new device was paired."""
+    """A content-free notice to each of the user's approvers (but the new device): a new device was
+    paired."""
     for other in await vouchers(uow, device.user_id, device.device_uid):
         await queue_push(uow, other, DEVICE_PAIRED, device.device_id, now)

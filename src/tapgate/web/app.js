@@ -9,7 +9,8 @@ import { assertDecision, passkeySupport, registerPasskey } from "./passkey.js";
 import { actionSha256, signedText } from "./signing.js";
 import { dropAnswer, forgetDevice, loadDevice, queueAnswer, queuedAnswers, saveDevice } from "./store.js";
 
-const MANIFEST = [{ name: "phone_actions" }, { name: "sms_send" }];
+// approvals: this phone shows and signs the person's approvals, once they grant it ("can approve for you").
+const MANIFEST = [{ name: "phone_actions" }, { name: "sms_send" }, { name: "approvals" }];
 const PAIRING_MINUTES = 10;
 const CONSENT_POLL_MS = 1000;
 const INBOX_WAIT_SECONDS = 25;
@@ -742,11 +743,13 @@ function reconcileApprovals(list, started) {
   for (const approval of list) addApproval(approval);
 }
 
+const CARD_TITLES = new Map([["device_pair", "New device"], ["grant", "A device asks for a grant"]]);
+
 function addApproval(approval) {
   if (approvalCards.has(approval.id)) return;
   const card = cardFrom("approval-card");
   card.dataset.id = approval.id;
-  const title = approval.kind === "device_pair" ? "New device" : humanize(approval.kind);
+  const title = CARD_TITLES.get(approval.kind) || humanize(approval.kind);
   card.querySelector(".card-title").textContent = title;
   card.querySelector(".card-summary").textContent = approval.prompt;
   const preview = approval.preview && Array.isArray(approval.preview.fields) ? approval.preview.fields : [];

@@ -363,9 +363,10 @@ async def consent(request: Request, pairing_id: str) -> Response:
         who = await visitor(request)
         fields = await form(request, who)
         approved = fields.get("decision", "approved") == "approved"
+        chosen = fields.get("grant", "").split()  # the capabilities the person ticked
         try:
             await gateway(request).consent_pairing(
-                who.principal, pairing_id, fields.get("comparison_code", "").strip(), approved, None
+                who.principal, pairing_id, fields.get("comparison_code", "").strip(), approved, chosen
             )
         except Forbidden as e:  # with a paired device, the new one is approved on the phone instead
             values = await _pairing_values(request, who, pairing_id)

@@ -10,11 +10,11 @@ from tapgate.api.auth import DeviceDep, GatewayDep
 from tapgate.api.fast_routes import FastRoute
 from tapgate.api.schemas import (
     Capabilities,
-    DeviceAnswer,
     DeviceInvocation,
     DeviceInvocations,
     IngestBody,
     Ingested,
+    Redeclared,
     ResultAccepted,
     ResultBody,
 )
@@ -23,9 +23,15 @@ from tapgate.api.views import device_invocation, device_view
 router = APIRouter(prefix="/v1/device", tags=["device"], route_class=FastRoute)
 
 
-@router.put("/capabilities", response_model=DeviceAnswer, summary="Re-declare the device's capabilities")
-async def redeclare(body: Capabilities, device: DeviceDep, gw: GatewayDep) -> DeviceAnswer:
-    return DeviceAnswer(device=device_view(await gw.redeclare_capabilities(device, body.capabilities)))
+@router.put("/capabilities", response_model=Redeclared, summary="Re-declare the device's capabilities")
+async def redeclare(body: Capabilities, device: DeviceDep, gw: GatewayDep) -> Redeclared:
+    done = await gw.redeclare_capabilities(device, body.capabilities)
+    return Redeclared(
+        device=device_view(done.device),
+        grants_asked=done.asked,
+        grants_not_asked=done.unasked,
+        note=done.note,
+    )
 
 
 @router.post("/heartbeat", status_code=204, response_class=Response, summary="Say the device is present")

@@ -3,7 +3,7 @@ used, an agent token made in the console names its session, and a sign-in keeps 
 (and is found by its expiry, for the sweep that deletes it).
 
 Revision ID: 0014
-Revises: 0012
+Revises: 0013
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from alembic import op
 from tapgate.adapters.store.tables import UtcDateTime
 
 revision = "0014"
-down_revision = "0012"
+down_revision = "0013"
 branch_labels = None
 depends_on = None
 
