@@ -534,6 +534,20 @@ async def test_removing_the_device_that_signed_a_session_in_ends_that_session(an
     assert "console.session_revoked" in await ana.page("/console/audit")
 
 
+async def test_withdrawing_approvals_from_the_device_that_signed_a_session_in_ends_that_session(
+    ana: Person,
+) -> None:
+    async with browser_at(ana) as browser:
+        await signed_in_by_phone(ana, browser)
+        r = await ana.client.put(
+            "/v1/users/ana/devices/ana-phone/grants",
+            json={"grants": {"approvals": False}},
+            headers=bearer(ana.world.operator),
+        )
+        assert r.status_code == 200, r.text
+        assert (await browser.get("/console/devices")).headers["location"] == "/console/sign-in"
+
+
 async def test_an_agent_token_made_in_the_console_expires_and_names_its_session(
     ana: Person, clock: FrozenClock
 ) -> None:

@@ -11,6 +11,7 @@ from typing import Any
 from tapgate.domain.accounts import Credential
 from tapgate.domain.audit import AuditRecord
 from tapgate.domain.devices import (
+    APPROVALS,
     Declared,
     Device,
     DeviceStatus,
@@ -214,6 +215,8 @@ async def change_grants(
     )
     if changes:
         await announce_device(uow, device, DEVICE_CAPABILITIES_CHANGED, now)
+    if changes.get(APPROVALS) is False:  # no longer an approver: the sessions it signed in end with it
+        await end_sessions_signed_by(uow, device, actor, now)
     if visible(updated) != visible(device.capabilities):
         await announce_change(uow, device.user_id, "grants", now, device_id=device.device_id)
     return device.with_capabilities(updated)
