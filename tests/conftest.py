@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 import asyncpg
 import httpx
 import pytest
+from hypothesis import settings as hypothesis_settings
 
 from tapgate.adapters.clock import FrozenClock
 from tapgate.adapters.store.memory import MemoryStore
@@ -33,6 +34,11 @@ from tapgate.ports import PushSender, Store
 from tests.pushfakes import LoopbackServer, PushFakes, new_accounts
 
 pytest_plugins = ["tests.watchdog"]
+
+# Property tests judge what a function answers, never how fast: a busy machine takes one example past
+# hypothesis's 200 ms deadline now and then, which says nothing about the code.
+hypothesis_settings.register_profile("tapgate", deadline=None)
+hypothesis_settings.load_profile("tapgate")
 
 T = TypeVar("T")
 SENDER_TIMEOUT = 2.0  # seconds a push sender waits in tests (SHORT_TIMEOUT where a fake is slow on purpose)
