@@ -228,12 +228,19 @@ def app_from_environment() -> FastAPI:
     settings = load_settings()
     configure_logging(settings.log_level)
     faults.arm_from(os.environ)
-    BoundedHttp.bound(settings.max_header_bytes, settings.header_timeout_seconds)
+    BoundedHttp.bound(
+        settings.max_header_bytes,
+        settings.header_timeout_seconds,
+        settings.body_timeout_seconds,
+        settings.max_connections,
+    )
     logging.getLogger("tapgate.limits").info(
         "limits",
         extra={
             "max_header_bytes": settings.max_header_bytes,
             "header_timeout_seconds": settings.header_timeout_seconds,
+            "body_timeout_seconds": settings.body_timeout_seconds,
+            "max_connections": settings.max_connections,
             "ws_max_frame_bytes": settings.ws_max_frame_bytes,
             "max_streams_per_credential": settings.max_streams_per_credential,
             "max_body_bytes": settings.max_body_bytes,

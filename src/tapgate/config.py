@@ -139,6 +139,10 @@ class Settings(BaseSettings):
     header_timeout_seconds: float = Field(10.0, gt=0, le=300)
     ws_max_frame_bytes: int = Field(65_536, ge=1024, le=16 * 1024 * 1024)
     max_streams_per_credential: int = Field(8, ge=1, le=10_000)
+    # Work before a request is whole: its body arrives within body_timeout_seconds of its head, or 408;
+    # a process holds at most max_connections connections (HTTP and WebSocket), the next gets 503.
+    body_timeout_seconds: float = Field(30.0, gt=0, le=3600)
+    max_connections: int = Field(10_000, ge=1, le=1_000_000)
     retention_days: int = Field(30, ge=1, le=36_500)  # message bodies are erased after this many days
     mcp_wait_seconds: float = Field(60, ge=0, le=300)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
