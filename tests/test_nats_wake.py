@@ -1,26 +1,33 @@
 """Wakes over NATS against the real server: published after commit on per-tenant subjects, received by
-another gateway's waiters, a lost wake recovered by the sweep, and a broker that is not there at start
-refused in one line naming nats_url."""
+another gateway's waiters, a lost wake recovered by the sweep, a lost connection failing safe (every link
+re-checks its credential on the sweep), the server's credentials used and a wrong one refused, and a
+broker that is not there at start refused in one line naming nats_url."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
+import os
+import secrets
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import asyncpg
+import httpx
 import pytest
+import websockets
 from nats.aio.client import Client
 
 from tapgate.adapters.store.sql import open_sql_store
-from tapgate.adapters.wake.nats_wake import NatsWake, check_reachable
+from tapgate.adapters.wake.nats_wake import NatsCredentials, NatsWake, check_reachable
 from tapgate.adapters.wake.postgres import CHANNEL
 from tapgate.config import load_settings
 from tapgate.domain.errors import ConfigurationError
 from tests.conftest import PostgresDatabase, tenant_name
-from tests.live import free_port, tapgate, write_config
+from tests.live import Server, free_port, new_tenant, tapgate, write_config
 from tests.natsserver import PrivateNats, reachable_nats_url
+from tests.world import LAMP, bearer, device_body
 
 BOUND = 10.0  # seconds: generous, the machine is shared
 
@@ -31,8 +38,10 @@ def nats_url() -> str:
 
 
 @contextlib.asynccontextmanager
-async def started(url: str, poll_seconds: float = 30.0) -> AsyncIterator[NatsWake]:
-    wake = NatsWake(url, poll_seconds)
+async def started(
+    url: str, poll_seconds: float = 30.0, credentials: NatsCredentials | None = None
+) -> AsyncIterator[NatsWake]:
+    wake = NatsWake(url, poll_seconds, credentials)
     await wake.start()
     try:
         yield wake
@@ -226,3 +235,145 @@ async def _until(condition: Callable[[], bool], why: str) -> None:
     while not condition():
         assert loop.time() < deadline, why
         await asyncio.sleep(0.05)
+
+
+POLL = 1.0  # the gateways' invocation_poll_seconds in the lost-bus test
+
+
+@pytest.mark.postgres
+async def test_with_nats_lost_a_device_removed_on_one_gateway_is_unlinked_on_another_within_the_poll(
+    tmp_path: Path, postgres: PostgresDatabase
+) -> None:
+    nats = PrivateNats(tmp_path).start()
+    config = write_config(
+        tmp_path, postgres.app_url, wake="nats", nats_url=nats.url, invocation_poll_seconds=POLL
+    )
+    a, b = Server(config), Server(config)
+    try:
+        a.start()
+        b.start()
+        operator = await new_tenant(postgres.app_url)
+        async with (
+            httpx.AsyncClient(base_url=a.url, timeout=30) as on_a,
+            httpx.AsyncClient(base_url=b.url, timeout=30) as on_b,
+        ):
+            assert (
+                await on_a.post("/v1/users", json={"user_id": "ana"}, headers=bearer(operator))
+            ).is_success
+            body = device_body("desk-lamp", [LAMP], grants=["set_light"])
+            enrolled = (await on_a.post("/v1/users/ana/devices", json=body, headers=bearer(operator))).json()
+            lamp = enrolled["device_token"]
+            assert (
+                await on_b.get("/v1/device/invocations", headers=bearer(lamp))
+            ).status_code == 200  # cached
+            link = await websockets.connect(
+                b.url.replace("http", "ws") + "/v1/device/connect",
+                additional_headers=bearer(lamp),
+                compression=None,
+            )
+            try:
+                agent = await on_a.post(
+                    "/v1/users/ana/tokens", json={"kind": "agent"}, headers=bearer(operator)
+                )
+                call = {"tool": "device__desk_lamp__set_light", "arguments": {"on": True}}
+                assert (
+                    await on_a.post("/v1/invocations", json=call, headers=bearer(agent.json()["token"]))
+                ).is_success
+                frame = json.loads(await asyncio.wait_for(link.recv(), timeout=BOUND))
+                assert frame["type"] == "device:invoke"  # the link has read what it had to: it is idle now
+                nats.kill()
+                await _until(
+                    lambda: all("serving on the sweep" in s.logs() for s in (a, b)), "NATS never lost"
+                )
+                loop = asyncio.get_running_loop()
+                removed = loop.time()
+                r = await on_a.delete(
+                    f"/v1/users/ana/devices/{enrolled['device']['device_id']}", headers=bearer(operator)
+                )
+                assert r.status_code == 204, r.text
+                # The token cache of b does not trust what it holds while wakes may be missed.
+                assert (await on_b.get("/v1/device/invocations", headers=bearer(lamp))).status_code == 401
+                frames = await asyncio.wait_for(_until_closed(link), timeout=POLL + BOUND)
+                closed = loop.time() - removed
+            finally:
+                await link.close()
+        assert frames[-1]["type"] == "device:revoked", frames
+        assert closed < POLL + BOUND
+        print(f"\nlost bus: link on the other gateway closed {closed:.3f} s after the removal")  # noqa: T201
+    finally:
+        a.stop()
+        b.stop()
+        nats.kill()
+
+
+async def _until_closed(link: websockets.ClientConnection) -> list[dict[str, str]]:
+    """The frames the gateway sends until it closes the link."""
+    frames = []
+    with contextlib.suppress(websockets.ConnectionClosed):
+        while True:
+            frames.append(json.loads(await link.recv()))
+    return frames
+
+
+TOKEN = "tk-" + secrets.token_hex(8)
+PASSWORD = "pw-" + secrets.token_hex(8)
+
+
+@pytest.mark.parametrize(
+    ("options", "right", "wrong"),
+    [
+        (("--auth", TOKEN), NatsCredentials(token=TOKEN), NatsCredentials(token=TOKEN + "x")),
+        (
+            ("--user", "tapgate", "--pass", PASSWORD),
+            NatsCredentials(user="tapgate", password=PASSWORD),
+            NatsCredentials(user="tapgate", password=PASSWORD + "x"),
+        ),
+    ],
+    ids=["token", "user-and-password"],
+)
+async def test_a_nats_server_that_asks_for_credentials_takes_the_right_ones_and_refuses_others_in_one_line(
+    tmp_path: Path, options: tuple[str, ...], right: NatsCredentials, wrong: NatsCredentials
+) -> None:
+    server = PrivateNats(tmp_path, *options).start()
+    try:
+        await check_reachable(server.url, right)
+        tenant = tenant_name()
+        async with (
+            started(server.url, credentials=right) as here,
+            started(server.url, credentials=right) as there,
+        ):
+            with there.subscribe(f"{tenant}:auth") as woken:
+                here.notify(f"{tenant}:auth")
+                await asyncio.wait_for(woken.wait(), timeout=BOUND)
+        for credentials in (wrong, NatsCredentials()):
+            with pytest.raises(ConfigurationError) as refused:
+                await check_reachable(server.url, credentials)
+            message = refused.value.message
+            assert "refused tapgate's credentials" in message and f"nats_url {server.url}" in message
+            assert TOKEN not in message and PASSWORD not in message and "\n" not in message
+            assert TOKEN not in repr(credentials) and PASSWORD not in repr(credentials)
+    finally:
+        server.kill()
+
+
+def test_serve_with_a_wrong_nats_token_stops_in_one_line_that_does_not_show_it(
+    sqlite_url: str, tmp_path: Path
+) -> None:
+    server = PrivateNats(tmp_path, "--auth", TOKEN).start()
+    try:
+        config = write_config(tmp_path, sqlite_url, wake="nats", nats_url=server.url)
+        wrong = TOKEN + "x"
+        done = tapgate(
+            "serve",
+            "--config",
+            str(config),
+            "--port",
+            str(free_port()),
+            env=os.environ | {"TAPGATE_NATS_TOKEN": wrong},
+        )
+    finally:
+        server.kill()
+    assert done.returncode == 1
+    [line] = done.stderr.strip().splitlines()
+    assert "refused tapgate's credentials" in line and "nats_token" in line
+    assert wrong not in done.stderr and TOKEN not in done.stderr

@@ -151,6 +151,16 @@ class Settings(BaseSettings):
     # SQLite, postgres on PostgreSQL.
     wake: str = ""
     nats_url: str = "nats://127.0.0.1:4222"
+    # How a gateway proves itself to the NATS server (a user and password, a token, or an NKey seed
+    # file) and the TLS it speaks: the CA that signed the server's certificate, a client certificate.
+    # Secrets go in TAPGATE_NATS_PASSWORD or TAPGATE_NATS_TOKEN rather than the file; none is logged.
+    nats_user: str = ""
+    nats_password: str = Field("", repr=False)
+    nats_token: str = Field("", repr=False)
+    nats_nkey_seed_file: str = ""
+    nats_tls_ca_file: str = ""
+    nats_tls_cert_file: str = ""
+    nats_tls_key_file: str = ""
 
     @model_validator(mode="after")
     def _wake_is_known(self) -> Settings:
@@ -160,6 +170,15 @@ class Settings(BaseSettings):
             raise ValueError('wake = "postgres" needs a PostgreSQL database_url; use "local" on SQLite')
         if self.wake == "nats" and not self.nats_url.startswith(("nats://", "tls://")):
             raise ValueError("nats_url is a nats:// (or tls://) URL, like nats://127.0.0.1:4222")
+        if bool(self.nats_user) != bool(self.nats_password):
+            raise ValueError("nats_user and nats_password go together: set both, or neither")
+        ways = [bool(self.nats_user), bool(self.nats_token), bool(self.nats_nkey_seed_file)]
+        if sum(ways) > 1:
+            raise ValueError(
+                "NATS takes one way in: nats_user and nats_password, nats_token, or nats_nkey_seed_file"
+            )
+        if bool(self.nats_tls_cert_file) != bool(self.nats_tls_key_file):
+            raise ValueError("nats_tls_cert_file and nats_tls_key_file go together: set both, or neither")
         return self
 
     @property
@@ -261,7 +280,14 @@ def _anchor_paths(settings: Settings, base: Path) -> Settings:
         changes["database_url"] = prefix + str((base / url[len(prefix) :]).resolve())
     if settings.policies_file and not Path(settings.policies_file).is_absolute():
         changes["policies_file"] = str((base / settings.policies_file).resolve())
-    for key in ("tls_cert", "tls_key"):
+    for key in (
+        "tls_cert",
+        "tls_key",
+        "nats_nkey_seed_file",
+        "nats_tls_ca_file",
+        "nats_tls_cert_file",
+        "nats_tls_key_file",
+    ):
         value = getattr(settings, key)
         if value and not Path(value).is_absolute():
             changes[key] = str((base / value).resolve())
