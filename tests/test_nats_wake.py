@@ -15,6 +15,7 @@ from pathlib import Path
 
 import asyncpg
 import httpx
+import nkeys
 import pytest
 import websockets
 from nats.aio.client import Client
@@ -27,6 +28,7 @@ from tapgate.domain.errors import ConfigurationError
 from tests.conftest import PostgresDatabase, tenant_name
 from tests.live import Server, free_port, new_tenant, tapgate, write_config
 from tests.natsserver import PrivateNats, reachable_nats_url
+from tests.test_tls import self_signed
 from tests.world import LAMP, bearer, device_body
 
 BOUND = 10.0  # seconds: generous, the machine is shared
@@ -187,6 +189,9 @@ def test_the_nats_url_is_named_without_its_password(sqlite_url: str, tmp_path: P
         ({"wake": "redis"}, "wake is one of local, postgres, nats (got 'redis')"),
         ({"wake": "postgres"}, 'wake = "postgres" needs a PostgreSQL database_url'),
         ({"wake": "nats", "nats_url": "http://127.0.0.1:4222"}, "nats_url is a nats:// (or tls://) URL"),
+        ({"nats_user": "tapgate"}, "nats_user and nats_password go together"),
+        ({"nats_token": "t", "nats_nkey_seed_file": "a.nk"}, "NATS takes one way in"),
+        ({"nats_tls_cert_file": "client.pem"}, "nats_tls_cert_file and nats_tls_key_file go together"),
     ],
 )
 def test_a_wake_setting_that_cannot_work_is_refused_naming_it(
@@ -319,22 +324,37 @@ TOKEN = "tk-" + secrets.token_hex(8)
 PASSWORD = "pw-" + secrets.token_hex(8)
 
 
-@pytest.mark.parametrize(
-    ("options", "right", "wrong"),
-    [
-        (("--auth", TOKEN), NatsCredentials(token=TOKEN), NatsCredentials(token=TOKEN + "x")),
-        (
-            ("--user", "tapgate", "--pass", PASSWORD),
-            NatsCredentials(user="tapgate", password=PASSWORD),
-            NatsCredentials(user="tapgate", password=PASSWORD + "x"),
-        ),
-    ],
-    ids=["token", "user-and-password"],
-)
+def _nkey_seed(folder: Path, name: str) -> tuple[Path, str]:
+    """A new user NKey: its seed file and its public key."""
+    seed = nkeys.encode_seed(secrets.token_bytes(32), nkeys.PREFIX_BYTE_USER)
+    path = folder / f"{name}.nk"
+    path.write_bytes(seed)
+    return path, nkeys.from_seed(bytearray(seed)).public_key.decode()
+
+
+def _asking(tmp_path: Path, way: str) -> tuple[PrivateNats, NatsCredentials, NatsCredentials]:
+    """A NATS server that asks for credentials the ``way`` named; the right ones and wrong ones."""
+    if way == "token":
+        right, wrong = NatsCredentials(token=TOKEN), NatsCredentials(token=TOKEN + "x")
+        return PrivateNats(tmp_path, "--auth", TOKEN), right, wrong
+    if way == "user-and-password":
+        right = NatsCredentials(user="tapgate", password=PASSWORD)
+        wrong = NatsCredentials(user="tapgate", password=PASSWORD + "x")
+        return PrivateNats(tmp_path, "--user", "tapgate", "--pass", PASSWORD), right, wrong
+    seed, public = _nkey_seed(tmp_path, "tapgate")
+    other, _ = _nkey_seed(tmp_path, "other")
+    conf = tmp_path / "nats.conf"
+    conf.write_text(f'authorization {{ users = [ {{ nkey: "{public}" }} ] }}\n')
+    right, wrong = NatsCredentials(nkey_seed_file=str(seed)), NatsCredentials(nkey_seed_file=str(other))
+    return PrivateNats(tmp_path, "-c", str(conf)), right, wrong
+
+
+@pytest.mark.parametrize("way", ["token", "user-and-password", "nkey"])
 async def test_a_nats_server_that_asks_for_credentials_takes_the_right_ones_and_refuses_others_in_one_line(
-    tmp_path: Path, options: tuple[str, ...], right: NatsCredentials, wrong: NatsCredentials
+    tmp_path: Path, way: str
 ) -> None:
-    server = PrivateNats(tmp_path, *options).start()
+    server, right, wrong = _asking(tmp_path, way)
+    server.start()
     try:
         await check_reachable(server.url, right)
         tenant = tenant_name()
@@ -352,6 +372,38 @@ async def test_a_nats_server_that_asks_for_credentials_takes_the_right_ones_and_
             assert "refused tapgate's credentials" in message and f"nats_url {server.url}" in message
             assert TOKEN not in message and PASSWORD not in message and "\n" not in message
             assert TOKEN not in repr(credentials) and PASSWORD not in repr(credentials)
+    finally:
+        server.kill()
+
+
+async def test_a_nats_server_behind_tls_is_reached_with_its_ca_and_a_client_certificate(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "server").mkdir()
+    (tmp_path / "client").mkdir()
+    cert, key = self_signed(tmp_path / "server")
+    client_cert, client_key = self_signed(tmp_path / "client")
+    server = PrivateNats(
+        tmp_path, "--tlsverify", "--tlscert", str(cert), "--tlskey", str(key), "--tlscacert", str(client_cert)
+    ).start()
+    url = f"tls://127.0.0.1:{server.port}"
+    right = NatsCredentials(
+        tls_ca_file=str(cert), tls_cert_file=str(client_cert), tls_key_file=str(client_key)
+    )
+    try:
+        tenant = tenant_name()
+        async with started(url, credentials=right) as here, started(url, credentials=right) as there:
+            with there.subscribe(f"{tenant}:auth") as woken:
+                here.notify(f"{tenant}:auth")
+                await asyncio.wait_for(woken.wait(), timeout=BOUND)
+        unknown_ca = NatsCredentials(tls_cert_file=str(client_cert), tls_key_file=str(client_key))
+        for wrong in (
+            unknown_ca,
+            NatsCredentials(tls_ca_file=str(cert)),
+        ):  # a server it cannot check; no client certificate
+            with pytest.raises(ConfigurationError) as refused:
+                await check_reachable(url, wrong)
+            assert "TLS" in refused.value.message, refused.value.message
     finally:
         server.kill()
 
