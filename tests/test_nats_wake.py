@@ -12,6 +12,7 @@ import os
 import secrets
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import asyncpg
 import httpx
@@ -429,3 +430,54 @@ def test_serve_with_a_wrong_nats_token_stops_in_one_line_that_does_not_show_it(
     [line] = done.stderr.strip().splitlines()
     assert "refused tapgate's credentials" in line and "nats_token" in line
     assert wrong not in done.stderr and TOKEN not in done.stderr
+
+
+class SilentCut:
+    """A TCP relay to a NATS server that can stop relaying without closing anything, as a cut cable or a
+    dropped route does: neither end hears of it."""
+
+    def __init__(self, upstream: str) -> None:
+        self.upstream = urlsplit(upstream)
+        self.cut = False
+        self._server: asyncio.Server | None = None
+        self._writers: list[asyncio.StreamWriter] = []
+
+    @property
+    def url(self) -> str:
+        assert self._server is not None
+        return f"nats://127.0.0.1:{self._server.sockets[0].getsockname()[1]}"
+
+    async def __aenter__(self) -> SilentCut:
+        self._server = await asyncio.start_server(self._relay, "127.0.0.1", 0)
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        assert self._server is not None
+        self._server.close()
+        for writer in self._writers:
+            writer.close()
+
+    async def _relay(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        assert self.upstream.hostname is not None and self.upstream.port is not None
+        up_reader, up_writer = await asyncio.open_connection(self.upstream.hostname, self.upstream.port)
+        self._writers += [writer, up_writer]
+        await asyncio.gather(self._pump(reader, up_writer), self._pump(up_reader, writer))
+
+    async def _pump(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(ConnectionError):
+            while data := await reader.read(65536):
+                if not self.cut:  # once cut, what is sent is lost and nothing says so
+                    writer.write(data)
+                    await writer.drain()
+        writer.close()
+
+
+async def test_a_nats_connection_that_dies_silently_is_noticed_by_its_pings(nats_url: str) -> None:
+    async with SilentCut(nats_url) as cut, started(cut.url, poll_seconds=0.5) as wake:
+        assert not wake.degraded
+        cut.cut = True
+        loop = asyncio.get_running_loop()
+        started_at = loop.time()
+        await _until(lambda: wake.degraded, "a silent cut was never noticed")
+        noticed = loop.time() - started_at
+    assert noticed < 10  # pings each second, two unanswered: seconds, not nats-py's default minutes

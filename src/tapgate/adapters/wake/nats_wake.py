@@ -11,7 +11,8 @@ its own wait), so an idle link costs nothing. While the connection is down the w
 fails safe: the auth cache is bypassed, waiters re-read on the poll interval, and the sweep wakes every
 waiter, links and device long-polls included, so each re-checks its credential and a device revoked
 through another gateway meanwhile is closed within ``poll_seconds``. nats-py reconnects by itself, and on
-reconnection every waiter and listener is told that anything may have changed.
+reconnection every waiter and listener is told that anything may have changed. A connection that dies
+without a close reaching either end is noticed by its pings, about three poll intervals later.
 
 The server's credentials (user and password, a token or an NKey seed) and TLS (a CA, a client
 certificate) are ``NatsCredentials``; none of them reaches a message or a log line. The connection is
@@ -24,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import re
 import ssl
 from collections.abc import Awaitable, Callable, Sequence
@@ -210,6 +212,10 @@ class NatsWake(LocalWake):
             self.credentials,
             name="tapgate-wake",
             no_echo=True,  # this process's own wakes were delivered here already
+            # A connection that dies without a close reaching us (a cut cable, a dropped route) is
+            # noticed when its pings go unanswered: on the sweep's scale, not nats-py's two minutes.
+            ping_interval=max(1, math.ceil(self.poll_seconds)),
+            max_outstanding_pings=2,
             error_cb=self._on_error,
             disconnected_cb=self._on_disconnected,
             reconnected_cb=self._on_reconnected,
