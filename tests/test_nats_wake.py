@@ -20,6 +20,7 @@ import nkeys
 import pytest
 import websockets
 from nats.aio.client import Client
+from websockets.asyncio.client import ClientConnection
 
 from tapgate.adapters.store.sql import open_sql_store
 from tapgate.adapters.wake.nats_wake import NatsCredentials, NatsWake, check_reachable
@@ -309,6 +310,69 @@ async def test_with_nats_lost_a_device_removed_on_one_gateway_is_unlinked_on_ano
     finally:
         a.stop()
         b.stop()
+        nats.kill()
+
+
+async def _idle_link(
+    client: httpx.AsyncClient, gateway: Server, operator: str
+) -> tuple[str, str, ClientConnection]:
+    """ana's lamp linked to ``gateway`` and idle there (it has read its one call): its id, its token and
+    its link."""
+    assert (await client.post("/v1/users", json={"user_id": "ana"}, headers=bearer(operator))).is_success
+    body = device_body("desk-lamp", [LAMP], grants=["set_light"])
+    enrolled = (await client.post("/v1/users/ana/devices", json=body, headers=bearer(operator))).json()
+    lamp = enrolled["device_token"]
+    link = await websockets.connect(
+        gateway.url.replace("http", "ws") + "/v1/device/connect",
+        additional_headers=bearer(lamp),
+        compression=None,
+    )
+    agent = await client.post("/v1/users/ana/tokens", json={"kind": "agent"}, headers=bearer(operator))
+    call = {"tool": "device__desk_lamp__set_light", "arguments": {"on": True}}
+    assert (await client.post("/v1/invocations", json=call, headers=bearer(agent.json()["token"]))).is_success
+    frame = json.loads(await asyncio.wait_for(link.recv(), timeout=BOUND))
+    assert frame["type"] == "device:invoke"  # the link has read what it had to: it is idle now
+    return enrolled["device"]["device_id"], lamp, link
+
+
+@pytest.mark.postgres
+async def test_with_nats_lost_and_the_database_away_a_link_is_kept_and_never_told_it_was_removed(
+    tmp_path: Path, postgres: PostgresDatabase
+) -> None:
+    nats = PrivateNats(tmp_path).start()
+    config = write_config(
+        tmp_path, postgres.app_url, wake="nats", nats_url=nats.url, invocation_poll_seconds=POLL
+    )
+    gateway = Server(config)
+    try:
+        gateway.start()
+        operator = await new_tenant(postgres.app_url)
+        async with httpx.AsyncClient(base_url=gateway.url, timeout=30) as client:
+            device_id, _, link = await _idle_link(client, gateway, operator)
+            try:
+                nats.kill()
+                await _until(lambda: "serving on the sweep" in gateway.logs(), "NATS never lost")
+                admin = await asyncpg.connect(postgres.admin_url)
+                try:
+                    await admin.execute(f"ALTER ROLE {postgres.role} NOLOGIN")
+                    await admin.execute(
+                        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = $1",
+                        postgres.role,
+                    )
+                    # Three sweeps wake the link while its device cannot be read: it hears nothing.
+                    with pytest.raises(TimeoutError):
+                        await asyncio.wait_for(link.recv(), timeout=POLL * 3)
+                finally:
+                    await admin.execute(f"ALTER ROLE {postgres.role} LOGIN")
+                    await admin.close()
+                r = await client.delete(f"/v1/users/ana/devices/{device_id}", headers=bearer(operator))
+                assert r.status_code == 204, r.text
+                frames = await asyncio.wait_for(_until_closed(link), timeout=POLL + BOUND)
+            finally:
+                await link.close()
+        assert [f["type"] for f in frames] == ["device:revoked"]  # the link lived on, and ends at the removal
+    finally:
+        gateway.stop()
         nats.kill()
 
 
