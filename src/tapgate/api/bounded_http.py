@@ -68,7 +68,7 @@ class BoundedHttp(HttpToolsProtocol):
             return
         if BoundedHttp._full:
             BoundedHttp._full = False
-            log.warning(
+            log.info(
                 "connections below max_connections again", extra={"max_connections": self.max_connections}
             )
         self._arm()
