@@ -8,8 +8,9 @@ import asyncio
 import contextlib
 import json
 import re
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import httpx
 import pytest
@@ -279,6 +280,21 @@ async def test_a_body_trickled_past_the_body_timeout_gets_408_and_the_connection
     assert head.startswith(b"HTTP/1.1 408"), answer[:200]
     assert json.loads(error)["error"]["code"] == "timeout" and "body" in json.loads(error)["error"]["message"]
     assert sent < len(body) and loop.time() - started >= BODY_SECONDS * 0.9
+    await _logged(live, lambda line: line["route"] == "/v1/users" and line["status"] == 408)  # what went out
+
+
+async def _logged(live: Live, wanted: Callable[[dict[str, Any]], bool]) -> None:
+    """Wait (bounded) until the server logs a request line that is ``wanted``: the app writes its line
+    when it has finished, a moment after the connection answered."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 10
+    while not any(
+        wanted(line)
+        for line in (json.loads(x) for x in live.server.logs().splitlines())
+        if line.get("msg") == "request"
+    ):
+        assert loop.time() < deadline, "the request line was never logged"
+        await asyncio.sleep(0.05)
 
 
 async def test_a_chunked_body_split_across_writes_that_arrives_in_time_is_answered(

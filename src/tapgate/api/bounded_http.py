@@ -32,6 +32,9 @@ from tapgate.flag import Flag
 
 _REASONS = {408: b"Request Timeout", 431: b"Request Header Fields Too Large", 503: b"Service Unavailable"}
 log = logging.getLogger("tapgate.limits")
+# Set in a request's scope when the connection answered it itself (a body too slow): the access log
+# records that answer, not the one the app made of the missing body (which never went out).
+ANSWERED = "tapgate.answered"
 
 
 class BoundedHttp(HttpToolsProtocol):
@@ -144,6 +147,7 @@ class BoundedHttp(HttpToolsProtocol):
             head.body_timer = self.loop.call_later(self.body_seconds, self._slow_body)
             return
         cycle.disconnected = True  # the app's receive() ends; nothing it sends goes out after the 408
+        cycle.scope[ANSWERED] = 408  # type: ignore[literal-required]
         cycle.message_event.set()
         seconds = f"{self.body_seconds:g}"
         self._refuse(
