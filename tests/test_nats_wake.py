@@ -450,6 +450,18 @@ async def test_a_nats_server_that_asks_for_credentials_takes_the_right_ones_and_
         server.kill()
 
 
+async def test_credential_files_that_cannot_be_read_are_named_before_any_connection(tmp_path: Path) -> None:
+    url = f"nats://127.0.0.1:{free_port()}"  # nobody there: the files are checked first
+    missing = str(tmp_path / "missing.pem")
+    for credentials, key in [
+        (NatsCredentials(nkey_seed_file=str(tmp_path / "missing.nk")), "nats_nkey_seed_file"),
+        (NatsCredentials(tls_ca_file=missing), "nats_tls_ca_file"),
+    ]:
+        with pytest.raises(ConfigurationError) as refused:
+            await check_reachable(url, credentials)
+        assert key in refused.value.message and "cannot be" in refused.value.message
+
+
 async def test_a_nats_server_behind_tls_is_reached_with_its_ca_and_a_client_certificate(
     tmp_path: Path,
 ) -> None:

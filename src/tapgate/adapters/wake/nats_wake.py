@@ -26,6 +26,7 @@ import asyncio
 import contextlib
 import logging
 import math
+import os
 import re
 import ssl
 from collections.abc import Awaitable, Callable, Sequence
@@ -89,6 +90,10 @@ class NatsCredentials:
         if self.token:
             options["token"] = self.token
         if self.nkey_seed_file:
+            if not os.access(self.nkey_seed_file, os.R_OK):
+                raise ConfigurationError(
+                    f"nats_nkey_seed_file {self.nkey_seed_file} cannot be read; check its path and rights."
+                )
             options["nkeys_seed"] = self.nkey_seed_file
         if self.tls_ca_file or self.tls_cert_file or url.startswith("tls://"):
             try:
