@@ -46,9 +46,10 @@ class PrivateNats:
     """A nats-server of this test's own on a free loopback port, to stop and start again (the shared
     one is never touched)."""
 
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path, *options: str) -> None:
         self.folder = folder
         self.port = free_port()
+        self.options = options  # more of nats-server's options: --auth TOKEN, --tls ...
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -63,7 +64,7 @@ class PrivateNats:
             pytest.skip(how)
         log = self.folder / f"nats-{self.port}.log"
         self.process = subprocess.Popen(
-            [NATS_SERVER, "-a", "127.0.0.1", "-p", str(self.port), "-l", str(log)]
+            [NATS_SERVER, "-a", "127.0.0.1", "-p", str(self.port), "-l", str(log), *self.options]
         )
         deadline = time.monotonic() + READY_SECONDS
         while True:  # ready when it accepts a connection

@@ -1,6 +1,6 @@
 """Bounded resources on a real `tapgate serve` (DESIGN §15): request heads are bounded in size and time,
-WebSocket frames in size (before the link authenticates too), and one token holds at most
-max_streams_per_credential streams at once."""
+request bodies in time, the connections of a process in number, WebSocket frames in size (before the link
+authenticates too), and one token holds at most max_streams_per_credential streams at once."""
 
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ import asyncio
 import contextlib
 import json
 import re
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import httpx
 import pytest
@@ -21,7 +22,9 @@ from tests.live import Server, new_tenant, write_config
 from tests.world import LAMP, bearer, device_body
 
 HEAD_SECONDS = 1.0  # the test server's header_timeout_seconds (the default is 10)
+BODY_SECONDS = 1.0  # the test server's body_timeout_seconds (the default is 30)
 STREAMS = 3  # the test server's max_streams_per_credential (the default is 8)
+CONNECTIONS = 3  # max_connections of the capped server (the default is 10,000)
 
 
 @dataclass
@@ -36,9 +39,25 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
     url = f"sqlite:///{folder / 'tapgate.db'}"
     blocking(migrate(url))
     config = write_config(
-        folder, url, header_timeout_seconds=HEAD_SECONDS, max_streams_per_credential=STREAMS
+        folder,
+        url,
+        header_timeout_seconds=HEAD_SECONDS,
+        body_timeout_seconds=BODY_SECONDS,
+        max_streams_per_credential=STREAMS,
     )
     server = Server(config).start()
+    try:
+        yield Live(server, url)
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def capped(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
+    folder = tmp_path_factory.mktemp("capped")
+    url = f"sqlite:///{folder / 'tapgate.db'}"
+    blocking(migrate(url))
+    server = Server(write_config(folder, url, max_connections=CONNECTIONS)).start()
     try:
         yield Live(server, url)
     finally:
@@ -214,3 +233,139 @@ def test_the_limits_are_logged_at_start(live: Live) -> None:
     [line] = [json.loads(x) for x in live.server.logs().splitlines() if '"limits"' in x]
     assert line["max_header_bytes"] == 16_384 and line["header_timeout_seconds"] == HEAD_SECONDS
     assert line["ws_max_frame_bytes"] == 65_536 and line["max_streams_per_credential"] == STREAMS
+    assert line["body_timeout_seconds"] == BODY_SECONDS and line["max_connections"] == 10_000
+
+
+def _head(method: str, path: str, token: str, *fields: str) -> bytes:
+    lines = [f"{method} {path} HTTP/1.1", "Host: 127.0.0.1", f"Authorization: Bearer {token}", *fields]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode()
+
+
+async def _response(reader: asyncio.StreamReader) -> tuple[int, dict[str, str], bytes]:
+    """One whole response on a connection that stays open: its status, headers and body."""
+    head = (await reader.readuntil(b"\r\n\r\n")).decode()
+    status_line, *lines = head.strip().split("\r\n")
+    headers = {name.lower(): value.strip() for name, _, value in (x.partition(":") for x in lines)}
+    return int(status_line.split()[1]), headers, await reader.readexactly(int(headers["content-length"]))
+
+
+async def _first_byte(reader: asyncio.StreamReader, seconds: float) -> bytes:
+    """The first byte the server sends within ``seconds``, or b"" while it says nothing (it is still
+    waiting for the request)."""
+    try:
+        return await asyncio.wait_for(reader.read(1), timeout=seconds)
+    except TimeoutError:
+        return b""
+
+
+async def test_a_body_trickled_past_the_body_timeout_gets_408_and_the_connection_closes(
+    live: Live, home: Home
+) -> None:
+    body = json.dumps({"user_id": "trickle"}).encode().ljust(200)
+    reader, writer = await _raw(live)
+    loop = asyncio.get_running_loop()
+    writer.write(
+        _head("POST", "/v1/users", home.operator, "Content-Type: application/json", "Content-Length: 200")
+    )
+    started, sent, early = loop.time(), 0, b""
+    with contextlib.suppress(ConnectionError):
+        # A byte every fifth of a second: far too slow for 200 bytes, each one in time for the head's bound.
+        while sent < len(body) and not (early := await _first_byte(reader, 0.2)):
+            writer.write(body[sent : sent + 1])
+            await writer.drain()
+            sent += 1
+    answer = early + await asyncio.wait_for(_answer(reader), timeout=BODY_SECONDS + 10)  # up to the close
+    writer.close()
+    head, _, error = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 408"), answer[:200]
+    assert json.loads(error)["error"]["code"] == "timeout" and "body" in json.loads(error)["error"]["message"]
+    assert sent < len(body) and loop.time() - started >= BODY_SECONDS * 0.9
+    await _logged(live, lambda line: line["route"] == "/v1/users" and line["status"] == 408)  # what went out
+
+
+async def _logged(live: Live, wanted: Callable[[dict[str, Any]], bool]) -> None:
+    """Wait (bounded) until the server logs a request line that is ``wanted``: the app writes its line
+    when it has finished, a moment after the connection answered."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 10
+    while not any(
+        wanted(line)
+        for line in (json.loads(x) for x in live.server.logs().splitlines())
+        if line.get("msg") == "request"
+    ):
+        assert loop.time() < deadline, "the request line was never logged"
+        await asyncio.sleep(0.05)
+
+
+async def test_a_chunked_body_split_across_writes_that_arrives_in_time_is_answered(
+    live: Live, home: Home
+) -> None:
+    reader, writer = await _raw(live)
+    fields = ("Content-Type: application/json", "Transfer-Encoding: chunked")
+    writer.write(_head("POST", "/v1/users", home.operator, *fields) + b"5\r\n" + b'{"use')
+    await writer.drain()
+    assert await _first_byte(reader, BODY_SECONDS / 4) == b""  # the server waits for the rest
+    rest = b'r_id": "split"}'
+    writer.write(b"\r\n%x\r\n%s\r\n0\r\n\r\n" % (len(rest), rest))
+    await writer.drain()
+    status, _, answer = await asyncio.wait_for(_response(reader), timeout=10)
+    writer.close()
+    assert status == 201, answer
+
+
+async def test_a_long_poll_that_waits_past_the_body_timeout_is_not_cut(live: Live, home: Home) -> None:
+    call = {"tool": "device__desk_lamp__set_light", "arguments": {"on": True}, "wait": BODY_SECONDS * 3}
+    body = json.dumps(call).encode()
+    reader, writer = await _raw(live)
+    loop = asyncio.get_running_loop()
+    fields = ("Content-Type: application/json", f"Content-Length: {len(body)}")
+    writer.write(_head("POST", "/v1/invocations", home.agent, *fields) + body[:10])
+    await writer.drain()
+    assert await _first_byte(reader, BODY_SECONDS / 4) == b""  # the body's clock runs
+    writer.write(body[10:])
+    await writer.drain()
+    sent = loop.time()
+    status, _, answer = await asyncio.wait_for(_response(reader), timeout=BODY_SECONDS * 3 + 30)
+    writer.close()
+    assert status == 200, answer  # the lamp never answered: the call is still waiting, not cut
+    assert json.loads(answer)["status"] != "done" and loop.time() - sent >= BODY_SECONDS * 3 * 0.9
+
+
+async def test_past_max_connections_a_new_connection_gets_503_and_a_freed_slot_takes_the_next(
+    capped: Live,
+) -> None:
+    ws_url = capped.server.url.replace("http", "ws") + "/v1/device/connect"
+    async with contextlib.AsyncExitStack() as stack:
+        held = [
+            await asyncio.open_connection("127.0.0.1", capped.server.port) for _ in range(CONNECTIONS - 1)
+        ]
+        for _, writer in held:
+            stack.callback(writer.close)
+        # A WebSocket is a connection too (one that has not said who it is yet).
+        await stack.enter_async_context(websockets.connect(ws_url, compression=None))
+        for reader, writer in held:
+            writer.write(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+            assert (await asyncio.wait_for(_response(reader), timeout=10))[0] == 200
+        reader, writer = await asyncio.open_connection("127.0.0.1", capped.server.port)
+        answer = await asyncio.wait_for(_answer(reader), timeout=10)  # answered at once, then closed
+        writer.close()
+        head, _, error = answer.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 503") and b"retry-after: 1" in head, answer[:300]
+        assert json.loads(error)["error"]["code"] == "busy"
+        first_reader, first_writer = held[0]
+        first_writer.write(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        assert (await asyncio.wait_for(_response(first_reader), timeout=10))[0] == 200  # the three still work
+        held[-1][1].close()
+        await held[-1][1].wait_closed()
+        async with asyncio.timeout(10):  # once the server has seen it go, the next connection is taken
+            while True:
+                reader, writer = await asyncio.open_connection("127.0.0.1", capped.server.port)
+                writer.write(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+                with contextlib.suppress(ConnectionError):
+                    await writer.drain()
+                answer = await _answer(reader)
+                writer.close()
+                if answer.startswith(b"HTTP/1.1 200"):  # else a 503 (or its reset): not seen yet
+                    break
+    refusals = [x for x in capped.server.logs().splitlines() if "new ones are refused" in x]
+    assert len(refusals) == 1 and '"max_connections": 3' in refusals[0]  # said once, not per connection

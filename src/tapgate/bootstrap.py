@@ -6,7 +6,7 @@ import asyncio
 import json
 from dataclasses import fields
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 from fastapi import FastAPI
@@ -26,6 +26,9 @@ from tapgate.gateway import Background, Gateway
 from tapgate.listening import DEFAULT_PUBLIC_URL
 from tapgate.ports import Clock, PushSender, Store
 from tapgate.services.context import Limits
+
+if TYPE_CHECKING:
+    from tapgate.adapters.wake.nats_wake import NatsCredentials
 
 
 def limits_from(settings: Settings) -> Limits:
@@ -122,7 +125,22 @@ def check_wake_settings(settings: Settings) -> None:
     if settings.wake_kind == "nats":
         from tapgate.adapters.wake.nats_wake import check_reachable  # see build_gateway
 
-        asyncio.run(check_reachable(settings.nats_url))
+        asyncio.run(check_reachable(settings.nats_url, nats_credentials(settings)))
+
+
+def nats_credentials(settings: Settings) -> NatsCredentials:
+    """What the settings say the gateway proves itself to NATS with, and the TLS it speaks."""
+    from tapgate.adapters.wake.nats_wake import NatsCredentials  # see build_gateway
+
+    return NatsCredentials(
+        user=settings.nats_user,
+        password=settings.nats_password,
+        token=settings.nats_token,
+        nkey_seed_file=settings.nats_nkey_seed_file,
+        tls_ca_file=settings.nats_tls_ca_file,
+        tls_cert_file=settings.nats_tls_cert_file,
+        tls_key_file=settings.nats_tls_key_file,
+    )
 
 
 def _read(path: str, key: str) -> str:
@@ -161,7 +179,9 @@ def build_gateway(
             # NATS's client is loaded only where it is the wake: about 10 MiB of every process else.
             from tapgate.adapters.wake.nats_wake import NatsWake
 
-            wake = nats = NatsWake(settings.nats_url, settings.invocation_poll_seconds)
+            wake = nats = NatsWake(
+                settings.nats_url, settings.invocation_poll_seconds, nats_credentials(settings)
+            )
             background.append(nats)
         store = open_sql_store(settings.database_url, wake=wake, database_notify=kind == "postgres")
         url = engine_url(settings.database_url)
@@ -228,12 +248,19 @@ def app_from_environment() -> FastAPI:
     settings = load_settings()
     configure_logging(settings.log_level)
     faults.arm_from(os.environ)
-    BoundedHttp.bound(settings.max_header_bytes, settings.header_timeout_seconds)
+    BoundedHttp.bound(
+        settings.max_header_bytes,
+        settings.header_timeout_seconds,
+        settings.body_timeout_seconds,
+        settings.max_connections,
+    )
     logging.getLogger("tapgate.limits").info(
         "limits",
         extra={
             "max_header_bytes": settings.max_header_bytes,
             "header_timeout_seconds": settings.header_timeout_seconds,
+            "body_timeout_seconds": settings.body_timeout_seconds,
+            "max_connections": settings.max_connections,
             "ws_max_frame_bytes": settings.ws_max_frame_bytes,
             "max_streams_per_credential": settings.max_streams_per_credential,
             "max_body_bytes": settings.max_body_bytes,

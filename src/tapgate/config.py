@@ -139,6 +139,10 @@ class Settings(BaseSettings):
     header_timeout_seconds: float = Field(10.0, gt=0, le=300)
     ws_max_frame_bytes: int = Field(65_536, ge=1024, le=16 * 1024 * 1024)
     max_streams_per_credential: int = Field(8, ge=1, le=10_000)
+    # Work before a request is whole: its body arrives within body_timeout_seconds of its head, or 408;
+    # a process holds at most max_connections connections (HTTP and WebSocket), the next gets 503.
+    body_timeout_seconds: float = Field(30.0, gt=0, le=3600)
+    max_connections: int = Field(10_000, ge=1, le=1_000_000)
     retention_days: int = Field(30, ge=1, le=36_500)  # message bodies are erased after this many days
     console_agent_token_days: int = Field(90, ge=1, le=3650)  # an agent token made in the console expires
     console_sign_ins_per_address: int = Field(20, ge=1, le=10_000)  # open console sign-ins per address
@@ -149,6 +153,16 @@ class Settings(BaseSettings):
     # SQLite, postgres on PostgreSQL.
     wake: str = ""
     nats_url: str = "nats://127.0.0.1:4222"
+    # How a gateway proves itself to the NATS server (a user and password, a token, or an NKey seed
+    # file) and the TLS it speaks: the CA that signed the server's certificate, a client certificate.
+    # Secrets go in TAPGATE_NATS_PASSWORD or TAPGATE_NATS_TOKEN rather than the file; none is logged.
+    nats_user: str = ""
+    nats_password: str = Field("", repr=False)
+    nats_token: str = Field("", repr=False)
+    nats_nkey_seed_file: str = ""
+    nats_tls_ca_file: str = ""
+    nats_tls_cert_file: str = ""
+    nats_tls_key_file: str = ""
 
     @field_validator("push_relays")
     @classmethod
@@ -167,6 +181,15 @@ class Settings(BaseSettings):
             raise ValueError('wake = "postgres" needs a PostgreSQL database_url; use "local" on SQLite')
         if self.wake == "nats" and not self.nats_url.startswith(("nats://", "tls://")):
             raise ValueError("nats_url is a nats:// (or tls://) URL, like nats://127.0.0.1:4222")
+        if bool(self.nats_user) != bool(self.nats_password):
+            raise ValueError("nats_user and nats_password go together: set both, or neither")
+        ways = [bool(self.nats_user), bool(self.nats_token), bool(self.nats_nkey_seed_file)]
+        if sum(ways) > 1:
+            raise ValueError(
+                "NATS takes one way in: nats_user and nats_password, nats_token, or nats_nkey_seed_file"
+            )
+        if bool(self.nats_tls_cert_file) != bool(self.nats_tls_key_file):
+            raise ValueError("nats_tls_cert_file and nats_tls_key_file go together: set both, or neither")
         return self
 
     @property
@@ -301,7 +324,14 @@ def _anchor_paths(settings: Settings, base: Path) -> Settings:
         changes["database_url"] = prefix + str((base / url[len(prefix) :]).resolve())
     if settings.policies_file and not Path(settings.policies_file).is_absolute():
         changes["policies_file"] = str((base / settings.policies_file).resolve())
-    for key in ("tls_cert", "tls_key"):
+    for key in (
+        "tls_cert",
+        "tls_key",
+        "nats_nkey_seed_file",
+        "nats_tls_ca_file",
+        "nats_tls_cert_file",
+        "nats_tls_key_file",
+    ):
         value = getattr(settings, key)
         if value and not Path(value).is_absolute():
             changes[key] = str((base / value).resolve())

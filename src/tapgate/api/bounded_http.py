@@ -1,8 +1,15 @@
-"""uvicorn's HTTP protocol with a bounded request head: at most ``max_header_bytes`` of request line and
-headers, all of it within ``header_timeout_seconds`` of the first byte (or of the connection). Past
-either, the connection gets one answer in the API's error shape (431 or 408) and is closed; nothing of
-the request reaches the app. uvicorn itself bounds neither when it parses with httptools (its fast
-parser, kept).
+"""uvicorn's HTTP protocol with bounded work before a request is whole: at most ``max_header_bytes`` of
+request line and headers, all of it within ``header_timeout_seconds`` of the first byte (or of the
+connection); then the whole body (Content-Length or chunked) within ``body_timeout_seconds`` of the
+head's end; and at most ``max_connections`` connections (WebSockets included) open in the process. Past
+any of these, the connection gets one answer in the API's error shape (431, 408 or 503) and is closed;
+nothing more of the request reaches the app. uvicorn itself bounds none of them when it parses with
+httptools (its fast parser, kept); its ``limit_concurrency`` counts running requests too, looks only once
+a head is read, lets WebSocket upgrades past, and answers in plain text.
+
+The body's clock runs only while the body is due from the client: not while uvicorn holds reading back
+because the app has not taken what came (flow control), not while the client waits for ``100 Continue``,
+and never once the app has begun its answer; a request that waits (a long-poll) has its body already.
 
 It also holds less for a request that waits (a held long-poll, an agent's call): where uvicorn makes an
 ``asyncio.Event`` for each request and one for each connection's flow control, and a ``deque`` for
@@ -16,13 +23,18 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from tapgate.flag import Flag
 
-_REASONS = {408: b"Request Timeout", 431: b"Request Header Fields Too Large"}
+_REASONS = {408: b"Request Timeout", 431: b"Request Header Fields Too Large", 503: b"Service Unavailable"}
+log = logging.getLogger("tapgate.limits")
+# Set in a request's scope when the connection answered it itself (a body too slow): the access log
+# records that answer, not the one the app made of the missing body (which never went out).
+ANSWERED = "tapgate.answered"
 
 
 class BoundedHttp(HttpToolsProtocol):
@@ -31,10 +43,20 @@ class BoundedHttp(HttpToolsProtocol):
 
     max_head = 16_384
     head_seconds = 10.0
+    body_seconds = 30.0
+    max_connections = 10_000
+    _full = False  # the cap refused a connection and none was taken since: said once
 
     @classmethod
-    def bound(cls, max_header_bytes: int, header_timeout_seconds: float) -> None:
+    def bound(
+        cls,
+        max_header_bytes: int,
+        header_timeout_seconds: float,
+        body_timeout_seconds: float = 30.0,
+        max_connections: int = 10_000,
+    ) -> None:
         cls.max_head, cls.head_seconds = max_header_bytes, header_timeout_seconds
+        cls.body_seconds, cls.max_connections = body_timeout_seconds, max_connections
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -44,10 +66,19 @@ class BoundedHttp(HttpToolsProtocol):
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         self.flow._is_writable_event = _raised()  # type: ignore[assignment]
+        if len(self.connections) > self.max_connections:  # this one counted: it is one too many
+            self._over_cap()
+            return
+        if BoundedHttp._full:
+            BoundedHttp._full = False
+            log.info(
+                "connections below max_connections again", extra={"max_connections": self.max_connections}
+            )
         self._arm()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
+        self._body_done()
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
@@ -61,6 +92,9 @@ class BoundedHttp(HttpToolsProtocol):
                 )
                 return
         super().data_received(data)
+        if head.body and head.body_timer is None and not self.transport.is_closing():
+            # Armed only when a write left the body short: a body that came with its head costs no timer.
+            head.body_timer = self.loop.call_later(self.body_seconds, self._slow_body)
 
     def on_headers_complete(self) -> None:
         self._head.open = False
@@ -69,6 +103,11 @@ class BoundedHttp(HttpToolsProtocol):
         super().on_headers_complete()
         if self.cycle is not before:  # a request's cycle, made just now: its task has not run yet
             self.cycle.message_event = Flag()  # type: ignore[assignment]
+            self._head.body = True  # until the message is complete (at once for a request without one)
+
+    def on_message_complete(self) -> None:
+        self._body_done()
+        super().on_message_complete()
 
     def on_response_complete(self) -> None:
         super().on_response_complete()
@@ -91,15 +130,57 @@ class BoundedHttp(HttpToolsProtocol):
                 408, "timeout", f"The request's headers did not arrive within {seconds} s; send them at once."
             )
 
-    def _refuse(self, status: int, code: str, message: str) -> None:
+    def _body_done(self) -> None:
+        head = self._head
+        head.body = False
+        if head.body_timer is not None:
+            head.body_timer.cancel()
+            head.body_timer = None
+
+    def _slow_body(self) -> None:
+        head, cycle = self._head, self.cycle
+        head.body_timer = None
+        if not head.body or self.transport.is_closing() or cycle is None or cycle.response_started:
+            return  # the body came, or the app answered without it: nothing is owed
+        if self.flow.read_paused or cycle.waiting_for_100_continue:
+            # The app has not taken what came, or not asked for the rest: the client is not the slow one.
+            head.body_timer = self.loop.call_later(self.body_seconds, self._slow_body)
+            return
+        cycle.disconnected = True  # the app's receive() ends; nothing it sends goes out after the 408
+        cycle.scope[ANSWERED] = 408  # type: ignore[literal-required]
+        cycle.message_event.set()
+        seconds = f"{self.body_seconds:g}"
+        self._refuse(
+            408, "timeout", f"The request's body did not arrive within {seconds} s; send it at once."
+        )
+
+    def _over_cap(self) -> None:
+        if not BoundedHttp._full:
+            BoundedHttp._full = True
+            log.warning(
+                "connections at max_connections; new ones are refused",
+                extra={"max_connections": self.max_connections},
+            )
+        self._refuse(
+            503,
+            "busy",
+            f"The gateway holds its most connections ({self.max_connections}) just now; try again shortly.",
+            retry_after=True,
+        )
+
+    def _refuse(self, status: int, code: str, message: str, retry_after: bool = False) -> None:
         self._disarm()
+        self._body_done()
         self._head.open = False
         body = json.dumps({"error": {"code": code, "message": message}}).encode()
         head = (
             f"HTTP/1.1 {status} ".encode() + _REASONS[status] + b"\r\n"
             b"content-type: application/json\r\n"
-            b"content-length: " + str(len(body)).encode() + b"\r\n"
-            b"connection: close\r\n\r\n"
+            b"content-length: "
+            + str(len(body)).encode()
+            + b"\r\n"
+            + (b"retry-after: 1\r\n" if retry_after else b"")
+            + b"connection: close\r\n\r\n"
         )
         if not self.transport.is_closing():
             self.transport.write(head + body)
@@ -107,14 +188,17 @@ class BoundedHttp(HttpToolsProtocol):
 
 
 class _Head:
-    """Where the request head stands: still open, its bytes so far, the timer that bounds its time."""
+    """Where the request stands: its head still open, the head's bytes so far, the timer that bounds the
+    head's time; its body still due, and the timer that bounds the body's."""
 
-    __slots__ = ("bytes", "open", "timer")
+    __slots__ = ("body", "body_timer", "bytes", "open", "timer")
 
     def __init__(self) -> None:
         self.open = True
         self.bytes = 0
         self.timer: asyncio.TimerHandle | None = None
+        self.body = False
+        self.body_timer: asyncio.TimerHandle | None = None
 
 
 class _Pipeline:

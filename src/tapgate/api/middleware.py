@@ -9,6 +9,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from tapgate.api.bounded_http import ANSWERED
 from tapgate.api.errors import error_response
 from tapgate.domain.errors import TooLarge
 
@@ -126,7 +127,7 @@ class Observe:
         finally:
             route: Any = scope.get("route")
             template = getattr(route, "path", None) or _mounted(scope)
-            self.metrics.record(scope["method"], template, status, started)
+            self.metrics.record(scope["method"], template, scope.get(ANSWERED, status), started)
 
 
 def _mounted(scope: Scope) -> str:

@@ -22,7 +22,7 @@ from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable
 from datetime import datetime, timedelta
 from typing import Any
 
-from tapgate.domain.errors import Conflict, Gone, InvalidInput, NotFound, TapgateError
+from tapgate.domain.errors import Conflict, Gone, InvalidInput, NotFound, StorageError, TapgateError
 from tapgate.domain.frames import (
     REVOKED_FRAME,
     Ack,
@@ -77,6 +77,12 @@ async def frames(
                 news.clear()
                 try:
                     caller = await revalidate()
+                except StorageError:
+                    # The database is away, which says nothing of the device: keep the link, and read
+                    # everything again on the poll interval (or at the next wake).
+                    look_at_approvals = look_at_notices = True
+                    await woken.wait_for(ctx.limits.invocation_poll_seconds)
+                    continue
                 except TapgateError:
                     yield REVOKED_FRAME
                     return

@@ -60,12 +60,13 @@ class LocalWake:
         for callback in self._listeners:
             callback(None)
 
-    def wake_waiters(self, but: Callable[[str], bool] = lambda _key: False) -> None:
-        """Wake every waiter whose key ``but`` does not exclude and that did not subscribe unswept, so it
-        re-reads; the listeners are not told (a sweep: nothing is known to have changed)."""
+    def wake_waiters(self, but: Callable[[str], bool] = lambda _key: False, unswept: bool = False) -> None:
+        """Wake every waiter whose key ``but`` does not exclude and that did not subscribe unswept (or,
+        with ``unswept``, that did too), so it re-reads; the listeners are not told (a sweep: nothing is
+        known to have changed)."""
         for key, waiters in self._waiters.items():
             if not but(key):
-                for event in waiters - self._unswept:
+                for event in tuple(waiters) if unswept else waiters - self._unswept:
                     event.set()
 
     def waiting(self) -> int:

@@ -7,12 +7,17 @@ key: the waiters of this process wake at once and the key is published on ``tapg
 The row is the truth and a woken waiter re-reads it, so a wake may be lost without losing anything but
 time: every ``poll_seconds`` a sweep wakes every waiter but device long-polls and live links (they
 subscribe unswept: a call a live link has not taken goes out as a push, and a long-poll returns within
-its own wait), so an idle link costs nothing. While the connection is down the wake
-is ``degraded`` (waiters re-read on the poll interval, the auth cache is bypassed); nats-py reconnects by
-itself, and on reconnection every waiter and listener is told that anything may have changed.
+its own wait), so an idle link costs nothing. While the connection is down the wake is ``degraded`` and
+fails safe: the auth cache is bypassed, waiters re-read on the poll interval, and the sweep wakes every
+waiter, links and device long-polls included, so each re-checks its credential and a device revoked
+through another gateway meanwhile is closed within ``poll_seconds``. nats-py reconnects by itself, and on
+reconnection every waiter and listener is told that anything may have changed. A connection that dies
+without a close reaching either end is noticed by its pings, about three poll intervals later.
 
-The connection is checked at start: :func:`check_reachable` raises ConfigurationError naming
-``nats_url``.
+The server's credentials (user and password, a token or an NKey seed) and TLS (a CA, a client
+certificate) are ``NatsCredentials``; none of them reaches a message or a log line. The connection is
+checked at start: :func:`check_reachable` raises ConfigurationError naming ``nats_url``, in one line that
+says whether the server is not there, refused the credentials, or failed the TLS handshake.
 """
 
 from __future__ import annotations
@@ -20,8 +25,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
+import os
 import re
-from collections.abc import Sequence
+import ssl
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -59,20 +68,74 @@ def shown(url: str) -> str:
     return f"{parts.scheme}://{host}:{parts.port}" if parts.port else f"{parts.scheme}://{host}"
 
 
-def _unreachable(url: str, e: BaseException) -> ConfigurationError:
+@dataclass(frozen=True)
+class NatsCredentials:
+    """How tapgate proves itself to the NATS server and the TLS it speaks (empty: none). The secrets are
+    left out of its ``repr``."""
+
+    user: str = ""
+    password: str = field(default="", repr=False)
+    token: str = field(default="", repr=False)
+    nkey_seed_file: str = ""  # a file holding the NKey's seed (SU...)
+    tls_ca_file: str = ""  # the CA that signed the server's certificate (else the system's CAs)
+    tls_cert_file: str = ""  # a client certificate, for a server that verifies its clients
+    tls_key_file: str = ""
+
+    def options(self, url: str) -> dict[str, Any]:
+        """The keyword arguments of nats-py's ``connect`` for these credentials. Raises
+        ConfigurationError when a TLS file cannot be loaded."""
+        options: dict[str, Any] = {}
+        if self.user:
+            options["user"], options["password"] = self.user, self.password
+        if self.token:
+            options["token"] = self.token
+        if self.nkey_seed_file:
+            if not os.access(self.nkey_seed_file, os.R_OK):
+                raise ConfigurationError(
+                    f"nats_nkey_seed_file {self.nkey_seed_file} cannot be read; check its path and rights."
+                )
+            options["nkeys_seed"] = self.nkey_seed_file
+        if self.tls_ca_file or self.tls_cert_file or url.startswith("tls://"):
+            try:
+                context = ssl.create_default_context(cafile=self.tls_ca_file or None)
+                if self.tls_cert_file:
+                    context.load_cert_chain(self.tls_cert_file, self.tls_key_file or None)
+            except (OSError, ssl.SSLError) as e:
+                raise ConfigurationError(
+                    "nats_tls_ca_file, nats_tls_cert_file or nats_tls_key_file cannot be loaded "
+                    f"({type(e).__name__}); check that each is a readable PEM file."
+                ) from None
+            options["tls"] = context
+        return options
+
+
+def _refusal(url: str, e: BaseException, seen: Sequence[BaseException]) -> ConfigurationError:
+    """Why the first connection failed, in one line: what the server said, else what the socket did."""
+    where = f"The NATS server at nats_url {shown(url)}"
+    said = [str(x).lower() for x in seen]
+    if any("authorization" in x or "authentication" in x for x in said):
+        return ConfigurationError(
+            f"{where} refused tapgate's credentials; check nats_user and nats_password, nats_token or "
+            "nats_nkey_seed_file."
+        )
+    tls = next((x for x in (e, *seen) if isinstance(x, ssl.SSLError)), None)
+    if tls is not None:
+        return ConfigurationError(
+            f"{where} failed the TLS handshake ({type(tls).__name__}); check nats_tls_ca_file, "
+            "nats_tls_cert_file and nats_tls_key_file."
+        )
     return ConfigurationError(
-        f"The NATS server at nats_url {shown(url)} cannot be reached ({type(e).__name__}); start it, or set "
+        f"{where} cannot be reached ({type(e).__name__}); start it, or set "
         'wake = "postgres" (or "local" for one process).'
     )
 
 
-async def check_reachable(url: str) -> None:
-    """Raise ConfigurationError now, before serving, if no NATS server answers at ``url``."""
+async def check_reachable(url: str, credentials: NatsCredentials | None = None) -> None:
+    """Raise ConfigurationError now, before serving, if no NATS server answers at ``url`` or it refuses
+    ``credentials``."""
     nc = Client()
     try:
-        await _connect_once(nc, url, name="tapgate-check")
-    except (OSError, NatsError, TimeoutError) as e:
-        raise _unreachable(url, e) from None
+        await _connect_once(nc, url, credentials, name="tapgate-check")
     finally:
         with contextlib.suppress(Exception):
             await nc.close()
@@ -82,28 +145,43 @@ async def _ignore(_e: Exception) -> None:
     return None
 
 
-async def _connect_once(nc: Client, url: str, **options: Any) -> None:
-    """Connect within CONNECT_SECONDS or raise: a first connection that fails is not retried (nats-py
-    would otherwise keep trying for minutes)."""
-    options.setdefault("error_cb", _ignore)
-    await asyncio.wait_for(
-        nc.connect(
-            url,
-            connect_timeout=int(CONNECT_SECONDS),
-            max_reconnect_attempts=1,
-            reconnect_time_wait=0.1,  # type: ignore[arg-type]
-            **options,
-        ),
-        timeout=CONNECT_SECONDS * 2,
-    )
+async def _connect_once(
+    nc: Client, url: str, credentials: NatsCredentials | None = None, **options: Any
+) -> None:
+    """Connect within CONNECT_SECONDS or raise ConfigurationError saying why: a first connection that
+    fails is not retried (nats-py would otherwise keep trying for minutes)."""
+    seen: list[BaseException] = []
+    report: Callable[[Exception], Awaitable[None]] = options.pop("error_cb", _ignore)
+
+    async def noted(e: Exception) -> None:
+        if len(seen) < 8:
+            seen.append(e)
+        await report(e)
+
+    try:
+        await asyncio.wait_for(
+            nc.connect(
+                url,
+                connect_timeout=int(CONNECT_SECONDS),
+                max_reconnect_attempts=1,
+                reconnect_time_wait=0.1,  # type: ignore[arg-type]
+                error_cb=noted,
+                **(credentials or NatsCredentials()).options(url),
+                **options,
+            ),
+            timeout=CONNECT_SECONDS * 2,
+        )
+    except (OSError, NatsError, TimeoutError) as e:
+        raise _refusal(url, e, seen) from None
 
 
 class NatsWake(LocalWake):
     """The Wake port over NATS; also a background service of the gateway (``start``/``close``)."""
 
-    def __init__(self, url: str, poll_seconds: float) -> None:
+    def __init__(self, url: str, poll_seconds: float, credentials: NatsCredentials | None = None) -> None:
         super().__init__()
         self.url = url
+        self.credentials = credentials or NatsCredentials()
         self.poll_seconds = poll_seconds
         self._nc: Client | None = None
         self._outgoing: asyncio.Queue[str] | None = None
@@ -133,18 +211,20 @@ class NatsWake(LocalWake):
         """Connect, subscribe and start publishing and sweeping. Raises ConfigurationError if the
         server cannot be reached now."""
         nc = Client()
-        try:
-            await _connect_once(
-                nc,
-                self.url,
-                name="tapgate-wake",
-                no_echo=True,  # this process's own wakes were delivered here already
-                error_cb=self._on_error,
-                disconnected_cb=self._on_disconnected,
-                reconnected_cb=self._on_reconnected,
-            )
-        except (OSError, NatsError, TimeoutError) as e:
-            raise _unreachable(self.url, e) from None
+        await _connect_once(
+            nc,
+            self.url,
+            self.credentials,
+            name="tapgate-wake",
+            no_echo=True,  # this process's own wakes were delivered here already
+            # A connection that dies without a close reaching us (a cut cable, a dropped route) is
+            # noticed when its pings go unanswered: on the sweep's scale, not nats-py's two minutes.
+            ping_interval=max(1, math.ceil(self.poll_seconds)),
+            max_outstanding_pings=2,
+            error_cb=self._on_error,
+            disconnected_cb=self._on_disconnected,
+            reconnected_cb=self._on_reconnected,
+        )
         # Connected once: from now on nats-py reconnects by itself, for as long as we run.
         nc.options["allow_reconnect"] = True
         nc.options["max_reconnect_attempts"] = -1
@@ -183,11 +263,11 @@ class NatsWake(LocalWake):
     async def _send_once(self) -> None:
         nc = Client()
         try:
-            await _connect_once(nc, self.url, name="tapgate-command")
+            await _connect_once(nc, self.url, self.credentials, name="tapgate-command")
             for key in self._unsent:
                 await nc.publish(subject(key), key.encode())
             await nc.flush(timeout=int(CONNECT_SECONDS))
-        except (OSError, NatsError, TimeoutError) as e:
+        except (ConfigurationError, OSError, NatsError, TimeoutError) as e:
             # The servers' sweep and caches' lifetimes still catch up; say so once.
             log.warning("wake not published", extra={"error": type(e).__name__, "keys": len(self._unsent)})
         finally:
@@ -213,7 +293,10 @@ class NatsWake(LocalWake):
     async def _sweep(self) -> None:
         while True:
             await asyncio.sleep(self.poll_seconds)
-            self.wake_waiters(but=lambda key: ":device:" in key)
+            if self.degraded:  # a revocation may be missed: every link and long-poll re-checks too
+                self.wake_waiters(unswept=True)
+            else:
+                self.wake_waiters(but=lambda key: ":device:" in key)
 
     async def _on_message(self, msg: Msg) -> None:
         self.received += 1
