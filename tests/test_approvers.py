@@ -246,7 +246,7 @@ async def test_a_lamp_never_signs_a_console_in(
     engine: str, request: pytest.FixtureRequest, clock: FrozenClock
 ) -> None:
     async with _home(engine, request, clock) as home:
-        sign_in, _ = await home.gateway.start_console_sign_in(home.world.tenant, "a browser")
+        sign_in, _ = await home.gateway.start_console_sign_in(home.world.tenant, "a browser", "192.0.2.7")
         asked = f"/v1/console/sign-ins/{sign_in.sign_in_id}/ask"
 
         r = await home.world.client.post(asked, headers=bearer(home.tokens["desk-lamp"]))
