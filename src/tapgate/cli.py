@@ -21,7 +21,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 
 from tapgate import __version__
 from tapgate.cli_console import console_app
-from tapgate.device.cli import device_app
+from tapgate.device.cli import CaFileOption, device_app
 from tapgate.domain.accounts import ListedToken
 from tapgate.domain.audit import BrokenChain
 from tapgate.domain.console import CONSOLE_SESSION
@@ -573,11 +573,18 @@ def mcp_stdio(
     wait: Annotated[
         float, typer.Option(min=0, max=300, help="Seconds a tool call waits for the device's answer.")
     ] = 60.0,
+    ca_file: CaFileOption = None,
 ) -> None:
     """An MCP server on stdio that speaks to a running gateway (for desktop assistants and IDE agents)."""
     from tapgate.mcp_server.stdio import serve_stdio
+    from tapgate.trust import UnreadableCaFile, trust
 
-    _run(lambda: serve_stdio(url, token, session, wait))
+    try:
+        trust(ca_file)
+    except UnreadableCaFile as e:
+        typer.echo(str(e), err=True)
+        raise typer.Exit(2) from None
+    _run(lambda: serve_stdio(url, token, session, wait, str(ca_file) if ca_file else None))
 
 
 @app.command()
