@@ -7,6 +7,7 @@ import os
 import secrets
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -45,10 +46,15 @@ class Server:
     log: Path | None = None
     env: dict[str, str] = field(default_factory=dict)  # added to the environment of the next start
     args: tuple[str, ...] = ()  # more arguments to `tapgate serve` (``--workers 2``)
+    ca: Path | None = None  # with https (tls_cert in the settings): the CA that signed its certificate
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"{'https' if self.ca else 'http'}://127.0.0.1:{self.port}"
+
+    @property
+    def verify(self) -> ssl.SSLContext | bool:
+        return ssl.create_default_context(cafile=str(self.ca)) if self.ca else True
 
     def start(self) -> Server:
         self.log = self.config.parent / f"serve-{self.port}-{secrets.token_hex(2)}.log"
@@ -71,7 +77,7 @@ class Server:
                 env=os.environ | {"PYTHONUNBUFFERED": "1"} | self.env,
             )
         deadline = time.monotonic() + READY_SECONDS
-        with httpx.Client(base_url=self.url, timeout=2) as client:
+        with httpx.Client(base_url=self.url, timeout=2, verify=self.verify) as client:
             while True:
                 if self.process.poll() is not None:
                     raise RuntimeError(f"tapgate serve exited: {self.log.read_text()[-2000:]}")
