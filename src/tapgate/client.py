@@ -32,7 +32,7 @@ from tapgate import __version__
 from tapgate.domain import errors
 from tapgate.domain.ids import new_id
 from tapgate.dropped import RETRY_DROPPED, RetryDropped
-from tapgate.trust import trust, trust_from_environment, untrusted
+from tapgate.trust import trust, trust_from_environment, untrusted_line
 
 __all__ = ["Client", "Event", "GatewayNotTrusted", "Invocation", "InvocationStatus", "Result"]
 
@@ -167,10 +167,10 @@ class _NamingUntrusted(httpx.AsyncBaseTransport):
         try:
             return await self._inner.handle_async_request(request)
         except httpx.ConnectError as e:
-            sentence = untrusted(e)
-            if sentence is None:
+            line = untrusted_line(e)
+            if line is None:
                 raise
-            raise GatewayNotTrusted(sentence, request=request) from e
+            raise GatewayNotTrusted(line, request=request) from e
 
     async def aclose(self) -> None:
         await self._inner.aclose()

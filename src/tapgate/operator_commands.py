@@ -181,7 +181,7 @@ def _untrusted_https(url: str, ca_file: Path | None) -> str | None:
     """For an https address: the sentence when its certificate is not trusted with ``ca_file``."""
     import httpx
 
-    from tapgate.trust import UnreadableCaFile, trust, untrusted
+    from tapgate.trust import UnreadableCaFile, trust, untrusted_line
 
     if not url.startswith("https:"):
         return None
@@ -192,8 +192,7 @@ def _untrusted_https(url: str, ca_file: Path | None) -> str | None:
     try:
         httpx.get(f"{url.rstrip('/')}/readyz", timeout=5, verify=verify)
     except httpx.TransportError as e:
-        sentence = untrusted(e)
-        return f"{sentence[0].upper()}{sentence[1:]}." if sentence else None
+        return untrusted_line(e)
     return None
 
 

@@ -7,7 +7,14 @@ import os
 import ssl
 from pathlib import Path
 
-__all__ = ["CA_FILE_ENV", "UnreadableCaFile", "trust", "trust_from_environment", "untrusted"]
+__all__ = [
+    "CA_FILE_ENV",
+    "UnreadableCaFile",
+    "trust",
+    "trust_from_environment",
+    "untrusted",
+    "untrusted_line",
+]
 
 CA_FILE_ENV = "TAPGATE_CA_FILE"
 
@@ -55,3 +62,9 @@ def untrusted(error: BaseException) -> str | None:
                     return found
         current = current.__cause__ or current.__context__
     return None
+
+
+def untrusted_line(error: BaseException) -> str | None:
+    """``untrusted`` as a line of its own: a sentence that starts with a capital and ends with a period."""
+    sentence = untrusted(error)
+    return f"{sentence[0].upper()}{sentence[1:]}." if sentence else None

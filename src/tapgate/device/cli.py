@@ -31,7 +31,7 @@ from tapgate.domain.approvals import Decision, PrivateKey
 from tapgate.domain.keys import KeyAlgorithm
 from tapgate.domain.vectors import VectorsError, check_vectors
 from tapgate.dropped import RetryDropped
-from tapgate.trust import CA_FILE_ENV, UnreadableCaFile, trust, untrusted
+from tapgate.trust import CA_FILE_ENV, UnreadableCaFile, trust, untrusted_line
 
 __all__ = ["CaFileOption", "device_app", "unreachable"]
 
@@ -127,9 +127,9 @@ def _trust(ca_file: Path | None) -> ssl.SSLContext | bool:
 
 def unreachable(url: str, error: httpx.TransportError) -> str:
     """The sentence for a gateway a command could not talk to: an untrusted certificate says so."""
-    sentence = untrusted(error)
-    if sentence is not None:
-        return f"{sentence[0].upper()}{sentence[1:]}."
+    line = untrusted_line(error)
+    if line is not None:
+        return line
     return f"The gateway at {url} cannot be reached ({type(error).__name__}); check the URL and that it runs."
 
 
@@ -357,7 +357,7 @@ def _check_trusted(url: str, trust: ssl.SSLContext | bool) -> None:
     try:
         httpx.get(f"{url}/readyz", timeout=TIMEOUT, verify=trust)
     except httpx.TransportError as e:
-        if untrusted(e) is not None:
+        if untrusted_line(e) is not None:
             _fail(unreachable(url, e))
 
 
