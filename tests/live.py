@@ -150,3 +150,20 @@ async def new_tenant(database_url: str, name: str | None = None) -> str:
         return (await create_tenant(store, SystemClock(), name or f"t-{secrets.token_hex(4)}")).token
     finally:
         await store.close()
+
+
+def local_ca_gateway(folder: Path, *names: str) -> tuple[Server, str]:
+    """`tapgate init` and `tapgate tls init --name …` in ``folder``: a gateway (not started yet) speaking
+    https with a certificate from its own local CA, its plain-HTTP side on a free port; and the operator
+    token of its tenant 'default'."""
+    made = tapgate("init", "--dir", str(folder))
+    assert made.returncode == 0, made.stderr
+    port = free_port()
+    config = folder / "tapgate.toml"
+    named = [arg for name in names for arg in ("--name", name)]
+    issued = tapgate("tls", "init", "--config", str(config), *named, "--port", str(port))
+    assert issued.returncode == 0, issued.stderr
+    server = Server(
+        config, port=port, ca=folder / "tls" / "ca.pem", env={"TAPGATE_HTTP_PORT": str(free_port())}
+    )
+    return server, made.stdout.strip().splitlines()[-1]

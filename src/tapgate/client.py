@@ -306,7 +306,7 @@ class Client:
 
         A dropped stream is reopened with ``Last-Event-ID`` after a back-off that doubles up to
         ``max_backoff`` seconds, so no event is missed and none repeats. An HTTP error other than a 5xx
-        (a bad token, a missing ``events`` scope) is raised, not retried.
+        (a bad token, a missing ``events`` scope) is raised, not retried, as is GatewayNotTrusted.
         """
         last = after
         failures = 0
@@ -334,6 +334,8 @@ class Client:
                                 continue  # never hand out an event twice, whatever a server resends
                             last = event.id
                             yield event
+            except GatewayNotTrusted:
+                raise  # trying again would never help
             except (httpx.TransportError, httpx.RemoteProtocolError):
                 pass
             failures += 1
