@@ -2,6 +2,9 @@
 
     python examples/mcp_lamp.py --url http://127.0.0.1:8080 --token "$TAPGATE_AGENT_TOKEN"
 
+A gateway with a certificate from its own CA (tapgate tls init) needs --ca-file tls/ca.pem (or
+TAPGATE_CA_FILE).
+
 The agent token goes in the Authorization header of every request. A call the device has not answered
 within the gateway's wait comes back with its invocation id; tapgate_result fetches the answer later.
 """
@@ -17,15 +20,17 @@ import httpx2
 import mcp
 from mcp.client.streamable_http import streamable_http_client
 
+from tapgate.trust import UnreadableCaFile, trust, untrusted_line
+
 
 def text_of(result: mcp.types.CallToolResult) -> str:
     return "\n".join(c.text for c in result.content if isinstance(c, mcp.types.TextContent))
 
 
-async def run(url: str, token: str, brightness: int) -> int:
+async def run(url: str, token: str, brightness: int, ca_file: str | None) -> int:
     headers = {"Authorization": f"Bearer {token}"}
     async with (
-        httpx2.AsyncClient(headers=headers, timeout=120) as http,
+        httpx2.AsyncClient(headers=headers, timeout=120, verify=trust(ca_file)) as http,
         mcp.Client(streamable_http_client(f"{url.rstrip('/')}/mcp", http_client=http)) as client,
     ):
         tools = (await client.list_tools()).tools
@@ -51,10 +56,22 @@ def main() -> int:
     parser.add_argument("--url", default=os.environ.get("TAPGATE_URL", "http://127.0.0.1:8080"))
     parser.add_argument("--token", default=os.environ.get("TAPGATE_AGENT_TOKEN"), help="An agent token.")
     parser.add_argument("--brightness", type=int, default=60)
+    parser.add_argument(
+        "--ca-file", default=os.environ.get("TAPGATE_CA_FILE"), help="A CA to trust for the gateway's https."
+    )
     args = parser.parse_args()
     if not args.token:
         parser.error("an agent token is needed: --token or TAPGATE_AGENT_TOKEN")
-    return asyncio.run(run(args.url, args.token, args.brightness))
+    try:
+        return asyncio.run(run(args.url, args.token, args.brightness, args.ca_file))
+    except UnreadableCaFile as e:
+        parser.error(str(e))
+    except Exception as e:
+        line = untrusted_line(e)
+        if line is None:
+            raise
+        print(line, file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ from typing import Any
 
 import httpx
 
-from tapgate.client import Client, Invocation
+from tapgate.client import Client, GatewayNotTrusted, Invocation
 
 SYSTEM = (
     "You help a person with their own devices. Use the tools to act. A tool may refuse, or wait for the "
@@ -58,7 +58,7 @@ async def chat(http: httpx.AsyncClient, model: str, messages: list[dict[str, Any
 async def run(args: argparse.Namespace) -> int:
     headers = {"Authorization": f"Bearer {args.api_key}"} if args.api_key else {}
     async with (
-        Client(args.gateway, args.token) as tapgate,
+        Client(args.gateway, args.token, verify=args.ca_file) as tapgate,
         httpx.AsyncClient(base_url=args.base_url.rstrip("/"), headers=headers, timeout=120) as http,
     ):
         tools = await tapgate.tools(session_id=args.session, format="openai")
@@ -95,6 +95,7 @@ def main() -> int:
     parser.add_argument("prompt", help="What the person asks.")
     parser.add_argument("--gateway", default=os.environ.get("TAPGATE_URL", "http://127.0.0.1:8080"))
     parser.add_argument("--token", default=os.environ.get("TAPGATE_AGENT_TOKEN"), help="An agent token.")
+    parser.add_argument("--ca-file", help="A CA to trust for the gateway's https (or TAPGATE_CA_FILE).")
     parser.add_argument("--base-url", default=os.environ.get("OPENAI_BASE_URL", "https://api.openai.com/v1"))
     parser.add_argument("--model", default=os.environ.get("OPENAI_MODEL", "gpt-4.1-mini"))
     parser.add_argument("--api-key", default=os.environ.get("OPENAI_API_KEY"))
@@ -104,7 +105,11 @@ def main() -> int:
     args = parser.parse_args()
     if not args.token:
         parser.error("an agent token is needed: --token or TAPGATE_AGENT_TOKEN")
-    return asyncio.run(run(args))
+    try:
+        return asyncio.run(run(args))
+    except GatewayNotTrusted as e:
+        print(e, file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

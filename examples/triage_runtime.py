@@ -6,6 +6,9 @@ approval: the person sees the draft on their phone and decides. The runtime prin
 
     python examples/triage_runtime.py --url http://127.0.0.1:8080 --token "$TAPGATE_AGENT_TOKEN"
 
+A gateway with a certificate from its own CA (tapgate tls init) needs --ca-file tls/ca.pem (or
+TAPGATE_CA_FILE).
+
 --once stops after the first message; --after N starts after event N (the last one handled before).
 """
 
@@ -16,7 +19,7 @@ import asyncio
 import os
 import sys
 
-from tapgate.client import Client
+from tapgate.client import Client, GatewayNotTrusted
 
 DRAFT = "Thanks for your message. I have seen it and will get back to you soon."
 
@@ -25,8 +28,8 @@ def sms_tool(device_id: str) -> str:
     return f"device__{device_id.replace('-', '_')}__sms_send"
 
 
-async def run(url: str, token: str, after: int | None, once: bool) -> int:
-    async with Client(url, token) as tapgate:
+async def run(url: str, token: str, after: int | None, once: bool, ca_file: str | None) -> int:
+    async with Client(url, token, verify=ca_file) as tapgate:
         async for event in tapgate.events(after=after):
             if event.type != "ingest.message":
                 continue
@@ -59,10 +62,15 @@ def main() -> int:
     parser.add_argument("--token", default=os.environ.get("TAPGATE_AGENT_TOKEN"), help="An agent token.")
     parser.add_argument("--after", type=int, default=None, help="Start after this event id.")
     parser.add_argument("--once", action="store_true", help="Stop after the first message.")
+    parser.add_argument("--ca-file", help="A CA to trust for the gateway's https (or TAPGATE_CA_FILE).")
     args = parser.parse_args()
     if not args.token:
         parser.error("an agent token is needed: --token or TAPGATE_AGENT_TOKEN")
-    return asyncio.run(run(args.url, args.token, args.after, args.once))
+    try:
+        return asyncio.run(run(args.url, args.token, args.after, args.once, args.ca_file))
+    except GatewayNotTrusted as e:
+        print(e, file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -11,6 +11,8 @@ from __future__ import annotations
 import importlib.util
 import os
 import re
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -76,3 +78,37 @@ def require_browser() -> None:
     if os.environ.get("TAPGATE_TEST_BROWSER_REQUIRED"):
         pytest.fail(reason)
     pytest.skip(reason)
+
+
+CERTUTIL = "certutil"  # Debian's libnss3-tools
+
+
+def require_certutil() -> None:
+    """Skip (or, with TAPGATE_TEST_BROWSER_REQUIRED set, fail) when NSS's certutil is missing."""
+    if shutil.which(CERTUTIL):
+        return
+    reason = "trusting a local CA in Chromium needs NSS's certutil: apt-get install -y libnss3-tools"
+    if os.environ.get("TAPGATE_TEST_BROWSER_REQUIRED"):
+        pytest.fail(reason)
+    pytest.skip(reason)
+
+
+def home_trusting(folder: Path, ca: Path) -> dict[str, str]:
+    """The environment of a Chromium whose HOME is ``folder``, with ``ca`` trusted for web sites in its NSS
+    database ($HOME/.pki/nssdb), as a person's phone trusts a CA they installed."""
+    require_certutil()
+    nssdb = folder / ".pki" / "nssdb"
+    nssdb.mkdir(parents=True, exist_ok=True)
+    database = f"sql:{nssdb}"
+    subprocess.run([CERTUTIL, "-d", database, "-N", "--empty-password"], check=True, capture_output=True)
+    subprocess.run(
+        [CERTUTIL, "-d", database, "-A", "-t", "C,,", "-n", "tapgate-ca", "-i", str(ca)],
+        check=True,
+        capture_output=True,
+    )
+    return {**os.environ, "HOME": str(folder)}
+
+
+def resolving_to_loopback(*names: str) -> str:
+    """The Chromium argument that makes ``names`` resolve to 127.0.0.1, as a LAN's DNS or mDNS would."""
+    return "--host-resolver-rules=" + ", ".join(f"MAP {name} 127.0.0.1" for name in names)

@@ -7,6 +7,7 @@ import os
 import secrets
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -45,10 +46,15 @@ class Server:
     log: Path | None = None
     env: dict[str, str] = field(default_factory=dict)  # added to the environment of the next start
     args: tuple[str, ...] = ()  # more arguments to `tapgate serve` (``--workers 2``)
+    ca: Path | None = None  # with https (tls_cert in the settings): the CA that signed its certificate
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"{'https' if self.ca else 'http'}://127.0.0.1:{self.port}"
+
+    @property
+    def verify(self) -> ssl.SSLContext | bool:
+        return ssl.create_default_context(cafile=str(self.ca)) if self.ca else True
 
     def start(self) -> Server:
         self.log = self.config.parent / f"serve-{self.port}-{secrets.token_hex(2)}.log"
@@ -71,7 +77,7 @@ class Server:
                 env=os.environ | {"PYTHONUNBUFFERED": "1"} | self.env,
             )
         deadline = time.monotonic() + READY_SECONDS
-        with httpx.Client(base_url=self.url, timeout=2) as client:
+        with httpx.Client(base_url=self.url, timeout=2, verify=self.verify) as client:
             while True:
                 if self.process.poll() is not None:
                     raise RuntimeError(f"tapgate serve exited: {self.log.read_text()[-2000:]}")
@@ -144,3 +150,20 @@ async def new_tenant(database_url: str, name: str | None = None) -> str:
         return (await create_tenant(store, SystemClock(), name or f"t-{secrets.token_hex(4)}")).token
     finally:
         await store.close()
+
+
+def local_ca_gateway(folder: Path, *names: str) -> tuple[Server, str]:
+    """`tapgate init` and `tapgate tls init --name …` in ``folder``: a gateway (not started yet) speaking
+    https with a certificate from its own local CA, its plain-HTTP side on a free port; and the operator
+    token of its tenant 'default'."""
+    made = tapgate("init", "--dir", str(folder))
+    assert made.returncode == 0, made.stderr
+    port = free_port()
+    config = folder / "tapgate.toml"
+    named = [arg for name in names for arg in ("--name", name)]
+    issued = tapgate("tls", "init", "--config", str(config), *named, "--port", str(port))
+    assert issued.returncode == 0, issued.stderr
+    server = Server(
+        config, port=port, ca=folder / "tls" / "ca.pem", env={"TAPGATE_HTTP_PORT": str(free_port())}
+    )
+    return server, made.stdout.strip().splitlines()[-1]

@@ -155,6 +155,23 @@ def test_the_readmes_run_it_yourself_pairs_a_terminal_phone_on_its_own_port(tmp_
         _pair_as_the_readme_shows(tmp_path, port)
 
 
+def test_deploys_local_ca_path_serves_https_by_name_and_the_tls_page(tmp_path: Path) -> None:
+    """deploy.md's `tapgate tls init` block, with the name a phone would resolve (tapgate.local) made
+    localhost, and both of its ports free ones."""
+    blocks = shell_blocks(section((ROOT / "docs" / "deploy.md").read_text(), "## HTTPS for phones at home"))
+    assert any("tapgate tls init" in block.code for block in blocks)
+    http_port = free_port()
+    for block in blocks:
+        block.code = block.code.replace("tapgate.local", "localhost").replace("8080", str(http_port))
+    blocks[0].code = f"export TAPGATE_HTTP_PORT={http_port}\n{blocks[0].code}"
+    with running_blocks(blocks, tmp_path, "8443", free_port()) as outputs:
+        check_answers(blocks, outputs)
+        assert '{"status":"ready"}' in outputs[0]
+        assert outputs[0].rstrip().endswith("200")
+    settings = (tmp_path / "gateway" / "tapgate.toml").read_text()
+    assert 'public_url = "https://localhost:' in settings
+
+
 def _pair_as_the_readme_shows(folder: Path, port: int) -> None:
     """The README's `tapgate pair` session, typed as shown, with the phone's command from its note."""
     readme = section((ROOT / "README.md").read_text(), "## Run it yourself")

@@ -11,6 +11,7 @@ import os
 import secrets
 import sys
 from collections.abc import Awaitable, Callable
+from contextlib import AbstractContextManager, nullcontext
 from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
@@ -21,7 +22,8 @@ from cryptography.hazmat.primitives.asymmetric import ec
 
 from tapgate import __version__
 from tapgate.cli_console import console_app
-from tapgate.device.cli import device_app
+from tapgate.cli_tls import tls_app
+from tapgate.device.cli import CaFileOption, device_app
 from tapgate.domain.accounts import ListedToken
 from tapgate.domain.audit import BrokenChain
 from tapgate.domain.console import CONSOLE_SESSION
@@ -52,6 +54,7 @@ app.add_typer(audit_app, name="audit")
 app.add_typer(policy_app, name="policy")
 app.add_typer(device_app, name="device")
 app.add_typer(console_app, name="console")
+app.add_typer(tls_app, name="tls")
 
 
 def _print_version(asked: bool) -> None:
@@ -242,7 +245,9 @@ def warn_unsafe_defaults(settings: Settings) -> None:
 def serve(
     config: ConfigOption = None,
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="Port to listen on.")] = 8080,
+    port: Annotated[
+        int | None, typer.Option(help="Port to listen on (default: 8443 with https, else 8080).")
+    ] = None,
     workers: Annotated[
         int, typer.Option(min=1, help="Worker processes (PostgreSQL only for more than 1).")
     ] = 1,
@@ -255,13 +260,15 @@ def serve(
     from tapgate.adapters.store.schema_version import pending_migrations
     from tapgate.adapters.store.urls import is_postgres
     from tapgate.bootstrap import check_push_settings, check_wake_settings, load_policies, web_push_key
-    from tapgate.listening import needs_https_warning, port_in_use, serve_url
+    from tapgate.listening import names_an_ip, needs_https_warning, port_in_use, serve_url
     from tapgate.logs import configure_logging
-    from tapgate.supervisor import serve_workers
 
     _require_settings_file(config)
     settings = _settings(config)
     cert, key = _tls_files(tls_cert or settings.tls_cert, tls_key or settings.tls_key)
+    if port is None:
+        port = 8443 if cert else 8080
+    http_port = settings.http_port if cert else 0
     try:
         load_policies(settings)
         web_push_key(settings)
@@ -291,6 +298,16 @@ def serve(
         raise fail(f"tapgate cannot listen on {host}:{port}: {e.strerror}; check --host.") from None
     if busy:
         raise fail(f"Port {port} on {host} is in use by another program; pass another --port.")
+    if http_port == port:
+        raise fail(
+            f"http_port {http_port} is also the https port: set http_port to another port (0 turns the "
+            "plain-HTTP /tls page off), or pass another --port."
+        )
+    if http_port and port_in_use(host, http_port):
+        raise fail(
+            f"Port {http_port} on {host} (http_port, the plain-HTTP /tls page) is in use by another "
+            "program; set http_port to another port, or to 0 to turn it off."
+        )
     if config:
         os.environ["TAPGATE_CONFIG"] = str(Path(config).resolve())
     public_url = settings.public_url
@@ -305,7 +322,38 @@ def serve(
             extra={"public_url": public_url},
         )
     warn_unsafe_defaults(settings)
+    if settings.require_user_verification and names_an_ip(public_url):
+        logging.getLogger("tapgate.serve").warning(
+            "passkeys need a name: public_url is an IP address, where browsers refuse to make a passkey, "
+            "and require_user_verification asks every approver for one; give the gateway a name "
+            "(tapgate tls init --name NAME)",
+            extra={"public_url": public_url},
+        )
+
+    with _plain_http(public_url, host, http_port, cert):
+        _serve_gateway(settings, host, port, workers, cert, key)
+
+
+def _plain_http(public_url: str, host: str, http_port: int, cert: str | None) -> AbstractContextManager[None]:
+    """With https on and http_port set: the /tls page and redirects on plain HTTP, beside the gateway."""
+    if not http_port or cert is None:
+        return nullcontext()
+    from tapgate.api.tls_page import plain_http_app, serving_beside
+    from tapgate.local_ca import ca_in_chain
+
+    app = plain_http_app(public_url, http_port, ca_in_chain(Path(cert).read_bytes()))
+    logging.getLogger("tapgate.serve").info(
+        "plain HTTP serves /tls (the CA to install) and redirects the rest to https",
+        extra={"http_port": http_port},
+    )
+    return serving_beside(app, host, http_port)
+
+
+def _serve_gateway(
+    settings: Settings, host: str, port: int, workers: int, cert: str | None, key: str | None
+) -> None:
     from tapgate.api.bounded_http import BoundedHttp
+    from tapgate.supervisor import serve_workers
 
     serve_workers(
         "tapgate.bootstrap:app_from_environment",
@@ -573,11 +621,18 @@ def mcp_stdio(
     wait: Annotated[
         float, typer.Option(min=0, max=300, help="Seconds a tool call waits for the device's answer.")
     ] = 60.0,
+    ca_file: CaFileOption = None,
 ) -> None:
     """An MCP server on stdio that speaks to a running gateway (for desktop assistants and IDE agents)."""
     from tapgate.mcp_server.stdio import serve_stdio
+    from tapgate.trust import UnreadableCaFile, trust
 
-    _run(lambda: serve_stdio(url, token, session, wait))
+    try:
+        trust(ca_file)
+    except UnreadableCaFile as e:
+        typer.echo(str(e), err=True)
+        raise typer.Exit(2) from None
+    _run(lambda: serve_stdio(url, token, session, wait, str(ca_file) if ca_file else None))
 
 
 @app.command()

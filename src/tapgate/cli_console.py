@@ -6,6 +6,8 @@ from typing import Annotated
 
 import typer
 
+from tapgate.device.cli import CaFileOption
+
 console_app = typer.Typer(help="The person's console at /console.", no_args_is_help=True)
 
 
@@ -23,13 +25,14 @@ def link(
         ),
     ] = None,
     config: Annotated[str | None, typer.Option(help="The settings file (default: tapgate.toml).")] = None,
+    ca_file: CaFileOption = None,
 ) -> None:
     """Print a one-time link that signs USER into the console (15 minutes; for a person with no phone yet)."""
     from tapgate.cli import _operator, _run, _settings
     from tapgate.operator_commands import served_at
 
     settings = _settings(config)
-    address = served_at(url, config)
+    address = served_at(url, config, ca_file)
 
     async def work() -> str:
         from tapgate.bootstrap import build_gateway

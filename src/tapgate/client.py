@@ -32,8 +32,9 @@ from tapgate import __version__
 from tapgate.domain import errors
 from tapgate.domain.ids import new_id
 from tapgate.dropped import RETRY_DROPPED, RetryDropped
+from tapgate.trust import trust, trust_from_environment, untrusted_line
 
-__all__ = ["Client", "Event", "Invocation", "InvocationStatus", "Result"]
+__all__ = ["Client", "Event", "GatewayNotTrusted", "Invocation", "InvocationStatus", "Result"]
 
 InvocationStatus = Literal[
     "pending", "awaiting_approval", "done", "declined", "failed", "expired", "refused", "unavailable"
@@ -152,10 +153,35 @@ def error_from_response(response: httpx.Response) -> errors.TapgateError:
     return error
 
 
+class GatewayNotTrusted(httpx.ConnectError):
+    """The gateway's certificate is not signed by a CA this client trusts."""
+
+
+class _NamingUntrusted(httpx.AsyncBaseTransport):
+    """A transport whose certificate failures say what they are and what to pass."""
+
+    def __init__(self, inner: httpx.AsyncBaseTransport) -> None:
+        self._inner = inner
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        try:
+            return await self._inner.handle_async_request(request)
+        except httpx.ConnectError as e:
+            line = untrusted_line(e)
+            if line is None:
+                raise
+            raise GatewayNotTrusted(line, request=request) from e
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
 class Client:
     """An agent's connection to a tapgate gateway. Use it as an async context manager, or call
     ``aclose()``. ``verify`` is what https is checked against: ``True`` (the system's CAs), the path of a
-    CA file (PEM, e.g. a self-signed gateway's certificate), or an ``ssl.SSLContext``. ``transport``
+    CA file (PEM, e.g. the ``ca.pem`` of ``tapgate tls init``), or an ``ssl.SSLContext``; left out, the CA
+    file named by TAPGATE_CA_FILE if set. A certificate it does not trust raises GatewayNotTrusted (an
+    ``httpx.ConnectError``) saying so. ``transport``
     replaces the network (``httpx.ASGITransport`` or a mock) in tests; either way a request safe to repeat
     is sent once more when its connection dropped before any answer."""
 
@@ -167,7 +193,7 @@ class Client:
         timeout: float = 30.0,
         transport: httpx.AsyncBaseTransport | None = None,
         max_backoff: float = 10.0,
-        verify: bool | str | ssl.SSLContext = True,
+        verify: bool | str | ssl.SSLContext | None = None,
     ) -> None:
         self.url = url.rstrip("/")
         self._timeout = timeout
@@ -178,8 +204,14 @@ class Client:
             timeout=timeout,
             transport=RetryDropped(
                 transport
-                or httpx.AsyncHTTPTransport(
-                    verify=ssl.create_default_context(cafile=verify) if isinstance(verify, str) else verify
+                or _NamingUntrusted(
+                    httpx.AsyncHTTPTransport(
+                        verify=trust_from_environment()
+                        if verify is None
+                        else trust(verify)
+                        if isinstance(verify, str)
+                        else verify
+                    )
                 )
             ),
         )
@@ -274,7 +306,7 @@ class Client:
 
         A dropped stream is reopened with ``Last-Event-ID`` after a back-off that doubles up to
         ``max_backoff`` seconds, so no event is missed and none repeats. An HTTP error other than a 5xx
-        (a bad token, a missing ``events`` scope) is raised, not retried.
+        (a bad token, a missing ``events`` scope) is raised, not retried, as is GatewayNotTrusted.
         """
         last = after
         failures = 0
@@ -302,6 +334,8 @@ class Client:
                                 continue  # never hand out an event twice, whatever a server resends
                             last = event.id
                             yield event
+            except GatewayNotTrusted:
+                raise  # trying again would never help
             except (httpx.TransportError, httpx.RemoteProtocolError):
                 pass
             failures += 1

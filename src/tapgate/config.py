@@ -100,6 +100,8 @@ class Settings(BaseSettings):
     public_url: str = ""  # empty: the address `tapgate serve` listens on (see tapgate.listening)
     tls_cert: str = ""  # a PEM certificate (chain) file: `serve` speaks https and wss
     tls_key: str = ""  # its PEM private key file
+    # with tls_cert: plain HTTP on this port serves the /tls page and redirects the rest to https (0: off)
+    http_port: int = Field(8080, ge=0, le=65535)
     policies_file: str = ""
     invocation_timeout_seconds: int = Field(300, ge=1, le=86_400)
     device_call_timeout_seconds: int = Field(10, ge=1, le=600)

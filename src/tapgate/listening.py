@@ -30,6 +30,15 @@ def is_loopback(url: str) -> bool:
         return False
 
 
+def names_an_ip(url: str) -> bool:
+    """True when the URL's host is an IP address, where browsers make no passkey (they need a name)."""
+    try:
+        ipaddress.ip_address(urlsplit(url).hostname or "")
+    except ValueError:
+        return False
+    return True
+
+
 def needs_https_warning(public_url: str) -> bool:
     """True when a phone's browser would refuse WebCrypto and Web Push at this address."""
     return urlsplit(public_url).scheme != "https" and not is_loopback(public_url)

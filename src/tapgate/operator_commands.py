@@ -16,6 +16,7 @@ from urllib.parse import urlsplit
 
 import typer
 
+from tapgate.device.cli import CaFileOption
 from tapgate.domain.devices import APPROVALS, Device
 from tapgate.domain.errors import ConfigurationError, InvalidInput, TapgateError
 from tapgate.domain.pairing import ComparisonMismatch, PairingStatus
@@ -176,9 +177,29 @@ def _listening(url: str) -> bool:
         return False
 
 
-def served_at(url: str | None, config: str | None) -> str:
+def _untrusted_https(url: str, ca_file: Path | None) -> str | None:
+    """For an https address: the sentence when its certificate is not trusted with ``ca_file``."""
+    import httpx
+
+    from tapgate.trust import UnreadableCaFile, trust, untrusted_line
+
+    if not url.startswith("https:"):
+        return None
+    try:
+        verify = trust(ca_file)
+    except UnreadableCaFile as e:
+        return str(e)
+    try:
+        httpx.get(f"{url.rstrip('/')}/readyz", timeout=5, verify=verify)
+    except httpx.TransportError as e:
+        return untrusted_line(e)
+    return None
+
+
+def served_at(url: str | None, config: str | None, ca_file: Path | None = None) -> str:
     """The address a link printed for a person points at (``--url``, else ``public_url``, else the default
-    serve address), once something answers there: a link to a port nothing listens on helps nobody."""
+    serve address), once something answers there: a link to a port nothing listens on helps nobody. An
+    https address must also present a certificate trusted here (the system's CAs, or ``ca_file``)."""
     from tapgate.config import load_settings
     from tapgate.listening import DEFAULT_PUBLIC_URL
 
@@ -186,6 +207,9 @@ def served_at(url: str | None, config: str | None) -> str:
         public_url = url or load_settings(config).public_url or DEFAULT_PUBLIC_URL
     except ConfigurationError as e:
         raise _fail(e.message) from None
+    not_trusted = _untrusted_https(public_url, ca_file)
+    if not_trusted is not None:
+        raise _fail(not_trusted)
     if not _listening(public_url):
         raise _fail(
             f"Nothing answers at {public_url}: start 'tapgate serve', or pass --url with the address it "
@@ -210,12 +234,13 @@ def pair(
         typer.Option("--grant", help="A capability to grant at once; repeat for more (default: ask)."),
     ] = None,
     config: ConfigOption = None,
+    ca_file: CaFileOption = None,
 ) -> None:
     """Pair a device for a person: print the link and its QR code, wait for the device, ask for the
     comparison code it shows, and let it in as the operator."""
     import segno
 
-    public_url = served_at(url, config)
+    public_url = served_at(url, config, ca_file)
     operator = _operator(tenant)
 
     async def work(gateway: Gateway) -> str:

@@ -31,8 +31,9 @@ from tapgate.domain.approvals import Decision, PrivateKey
 from tapgate.domain.keys import KeyAlgorithm
 from tapgate.domain.vectors import VectorsError, check_vectors
 from tapgate.dropped import RetryDropped
+from tapgate.trust import CA_FILE_ENV, UnreadableCaFile, trust, untrusted_line
 
-__all__ = ["device_app"]
+__all__ = ["CaFileOption", "device_app", "unreachable"]
 
 device_app = typer.Typer(
     help="The terminal phone: keys, enrol, pair, run, decide, vectors.",
@@ -59,8 +60,8 @@ CaFileOption = Annotated[
     Path | None,
     typer.Option(
         "--ca-file",
-        envvar="TAPGATE_CA_FILE",
-        help="A CA certificate (PEM) to trust for the gateway's https and wss, e.g. a self-signed one.",
+        envvar=CA_FILE_ENV,
+        help="A CA certificate (PEM) to trust for the gateway's https and wss, as 'tapgate tls init' makes.",
     ),
 ]
 PushKindOption = Annotated[str | None, typer.Option("--push-kind", help="Push kind: fcm, apns, webpush…")]
@@ -118,20 +119,25 @@ def _error(r: httpx.Response) -> str:
 
 
 def _trust(ca_file: Path | None) -> ssl.SSLContext | bool:
-    """What https is checked against: the system's CAs, or also the one in ``ca_file``."""
-    if ca_file is None:
-        return True
     try:
-        return ssl.create_default_context(cafile=str(ca_file))
-    except (OSError, ssl.SSLError) as e:
-        _fail(f"--ca-file {ca_file} is not a readable PEM certificate: {e}.", 2)
+        return trust(ca_file)
+    except UnreadableCaFile as e:
+        _fail(str(e), 2)
+
+
+def unreachable(url: str, error: httpx.TransportError) -> str:
+    """The sentence for a gateway a command could not talk to: an untrusted certificate says so."""
+    line = untrusted_line(error)
+    if line is not None:
+        return line
+    return f"The gateway at {url} cannot be reached ({type(error).__name__}); check the URL and that it runs."
 
 
 def _request(method: str, url: str, ca_file: Path | None = None, **kwargs: Any) -> httpx.Response:
     try:
         return httpx.request(method, url, timeout=TIMEOUT, verify=_trust(ca_file), **kwargs)
     except httpx.TransportError as e:
-        _fail(f"The gateway at {url} cannot be reached ({type(e).__name__}); check the URL and that it runs.")
+        _fail(unreachable(url, e))
 
 
 @device_app.command()
@@ -306,6 +312,7 @@ def run(
     }[approve]
 
     trust = _trust(ca_file)
+    _check_trusted(phone_state.gateway_url, trust)
 
     async def serve() -> tuple[bool, str]:
         async with gateway_http(phone_state.gateway_url, trust) as http:
@@ -340,6 +347,18 @@ def run(
     if revoked:
         _fail(message)
     console.print("Stopped.")
+
+
+def _check_trusted(url: str, trust: ssl.SSLContext | bool) -> None:
+    """Stop at once on a gateway whose certificate is not trusted: trying again would never help. Any
+    other failure is left to the phone, which keeps trying."""
+    if not url.startswith("https:"):
+        return
+    try:
+        httpx.get(f"{url}/readyz", timeout=TIMEOUT, verify=trust)
+    except httpx.TransportError as e:
+        if untrusted_line(e) is not None:
+            _fail(unreachable(url, e))
 
 
 @contextlib.contextmanager
@@ -435,6 +454,7 @@ def login(
     url: Annotated[str, typer.Argument(help="The link the console's QR code carries (…/app/#console=…).")],
     state: StateOption = DEFAULT_STATE,
     yes: Annotated[bool, typer.Option("--yes", help="Approve without asking (for scripts).")] = False,
+    ca_file: CaFileOption = None,
 ) -> None:
     """Sign in to the person's console: this device asks, shows the sign-in's code, and signs your yes."""
     fragment = url.partition("#")[2]
@@ -445,7 +465,7 @@ def login(
     phone_state = _state(state)
     key = _key(Path(phone_state.key_file))
     gateway, auth = phone_state.gateway_url, {"Authorization": f"Bearer {phone_state.token}"}
-    r = _request("POST", f"{gateway}/v1/console/sign-ins/{sign_in_id}/ask", headers=auth)
+    r = _request("POST", f"{gateway}/v1/console/sign-ins/{sign_in_id}/ask", ca_file, headers=auth)
     if r.status_code != 201:
         _fail(f"The gateway did not open the sign-in: {_error(r)}")
     approval = r.json()
@@ -455,7 +475,7 @@ def login(
     approved = yes or typer.confirm("Sign in to the console with this code?", default=False)
     decision = Decision.APPROVED if approved else Decision.DENIED
     body = _signed(key, phone_state.device_id, approval, decision, None, False)
-    r = _request("POST", f"{gateway}/v1/approvals/{approval['id']}", json=body, headers=auth)
+    r = _request("POST", f"{gateway}/v1/approvals/{approval['id']}", ca_file, json=body, headers=auth)
     if r.status_code != 200:
         _fail(f"The gateway refused the decision: {_error(r)}")
     typer.echo("Signed in: the console opens on its own." if approved else "Sign-in declined.")

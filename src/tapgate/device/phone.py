@@ -40,6 +40,7 @@ from tapgate import tasks as background
 from tapgate.device.handlers import Handler
 from tapgate.device.signing import CannotSign, decision_body
 from tapgate.domain.approvals import Decision, PrivateKey
+from tapgate.trust import untrusted
 
 __all__ = [
     "REFUSED_MESSAGE",
@@ -761,6 +762,9 @@ def _said(text: str) -> str:
 
 
 def _describe(error: BaseException) -> str:
+    sentence = untrusted(error)
+    if sentence is not None:
+        return sentence
     text = str(error).strip()
     return f"{type(error).__name__}: {text}" if text else type(error).__name__
 

@@ -19,6 +19,7 @@ from tapgate.domain.principals import Principal
 from tapgate.domain.tools import ToolFormat
 from tapgate.gateway import Gateway
 from tapgate.services.invoking import Call
+from tapgate.trust import untrusted_line
 
 log = logging.getLogger(__name__)
 
@@ -86,6 +87,9 @@ def _reaching(url: str) -> Iterator[None]:
     try:
         yield
     except httpx.HTTPError as e:
+        line = untrusted_line(e)
+        if line is not None:
+            raise GatewayUnreachable(line) from e
         raise GatewayUnreachable(
             f"The tapgate gateway at {url} did not answer ({type(e).__name__}); check that it is "
             "running and that the URL is right."

@@ -17,8 +17,19 @@ function toB64url(buffer) {
   return btoa(text).replace(/\+/g, "-").replace(/\//g, "_").replace(/=+$/, "");
 }
 
+/** What the person reads where a passkey cannot be made because the app was opened at an IP address. */
+export const PASSKEY_NEEDS_A_NAME =
+  "Passkeys need the gateway's name, not an IP address: open the app at the address your gateway's operator gave (https and a name, like https://gateway.local:8443), pair this phone there, then set up the passkey.";
+
+/** True when this page was opened at an IP address, where browsers make no passkey. */
+function openedAtAnAddress() {
+  const host = location.hostname;
+  return /^\d{1,3}(\.\d{1,3}){3}$/.test(host) || host.startsWith("[") || host.includes(":");
+}
+
 /** "yes", or the sentence saying why this browser cannot hold a passkey and what the person can do. */
 export async function passkeySupport() {
+  if (openedAtAnAddress()) return PASSKEY_NEEDS_A_NAME;
   if (!window.isSecureContext || typeof PublicKeyCredential === "undefined") {
     return "This browser cannot make passkeys here. Open the app over https (or on this computer's localhost) in a current browser.";
   }
@@ -50,6 +61,7 @@ export async function registerPasskey(device) {
   try {
     credential = await navigator.credentials.create({ publicKey });
   } catch (error) {
+    if (error && error.name === "SecurityError" && openedAtAnAddress()) throw new Error(PASSKEY_NEEDS_A_NAME);
     throw new Error(
       error && error.name === "NotAllowedError"
         ? "The passkey was not made: the phone did not confirm it was you. Try again."
