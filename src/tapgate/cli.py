@@ -140,6 +140,8 @@ device_channel_enabled = true
 device_sms_enabled = true
 # public_url = "https://tapgate.example"      # what pairing links and QR codes point at (default: the
                                                # address `tapgate serve` listens on, e.g. http://127.0.0.1:8080)
+# http_port = 8080                             # with tls_cert (`tapgate tls init`), serve also answers plain
+                                               # HTTP here: the /tls page, and a redirect to https (0: off)
 # policies_file = "policies.yaml"
 invocation_timeout_seconds = 300
 device_call_timeout_seconds = 10
