@@ -31,6 +31,7 @@ from tapgate.operator_commands import register as register_operator_commands
 
 if TYPE_CHECKING:
     from tapgate.config import Settings
+    from tapgate.services.moving import Stranded
 
 T = TypeVar("T")
 SHUTDOWN_GRACE_SECONDS = 5
@@ -250,6 +251,14 @@ def serve(
         str | None, typer.Option(help="A PEM certificate (with its chain): speak https and wss (tls_cert).")
     ] = None,
     tls_key: Annotated[str | None, typer.Option(help="The certificate's PEM private key (tls_key).")] = None,
+    move: Annotated[
+        bool,
+        typer.Option(
+            "--move",
+            help="public_url changed while devices are paired: move them (terminal phones follow, "
+            "browser-app phones pair again).",
+        ),
+    ] = False,
 ) -> None:
     """Run the gateway; refuses to start, with the reason, on a bad configuration."""
     from tapgate.adapters.store.schema_version import pending_migrations
@@ -297,6 +306,7 @@ def serve(
     if not public_url:  # the workers read it from the environment, as every setting
         public_url = serve_url(host, port, tls=cert is not None)
         os.environ["TAPGATE_PUBLIC_URL"] = public_url
+    _serve_at(settings, public_url, move)
     configure_logging(settings.log_level)
     if needs_https_warning(public_url):
         logging.getLogger("tapgate.serve").warning(
@@ -324,6 +334,28 @@ def serve(
         ssl_certfile=cert,
         ssl_keyfile=key,
     )
+
+
+def _serve_at(settings: Settings, public_url: str, move: bool) -> None:
+    """Refuse a public_url other than the one the devices were paired under, unless ``--move``."""
+
+    async def work() -> list[Stranded]:
+        from tapgate.bootstrap import build_gateway
+
+        gateway = build_gateway(settings)
+        try:
+            return await gateway.serve_at(public_url, move=move)
+        finally:
+            await gateway.close()
+
+    stranded = _run(work)
+    if stranded:
+        devices = sum(s.devices for s in stranded)
+        raise fail(
+            f"public_url is now {public_url}, but {devices} device{'s are' if devices != 1 else ' is'} "
+            f"paired under {stranded[0].served_url}: set public_url back, or pass --move to move them "
+            "(terminal phones follow when they next link; browser-app phones must pair again)."
+        )
 
 
 def _tls_files(cert: str, key: str) -> tuple[str | None, str | None]:

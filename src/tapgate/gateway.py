@@ -33,6 +33,7 @@ from tapgate.services import (
     invoking,
     journal,
     linking,
+    moving,
     notices,
     pairings,
     passkeys,
@@ -438,6 +439,19 @@ class Gateway:
         and at the token's expiry; the link is held (online) while the iterator runs."""
         devices.require_device_scope(caller, Scope.DEVICE_READ)
         return linking.frames(self.ctx, caller, lambda: self.authenticate_device(token), self.links)
+
+    async def moved_to(self, caller: DeviceCaller, host: str) -> str | None:
+        """Where a device that linked at ``host`` should go (``device:moved``), if the gateway moved."""
+        return await moving.moved_to(self.ctx, caller, host, self.public_url)
+
+    async def serve_at(self, public_url: str, *, move: bool) -> list[moving.Stranded]:
+        """Record the address the gateway is served at; the tenants whose devices it would strand,
+        unless ``move``. For ``tapgate serve``, before it listens."""
+        return await moving.serve_at(self.ctx, public_url, move=move)
+
+    async def must_pair_again(self, tenant_id: str, devices: list[Device]) -> set[str]:
+        """The ids of the browser-app devices among ``devices`` that the gateway's move left behind."""
+        return await moving.must_pair_again(self.ctx, tenant_id, devices)
 
     async def link_result(self, caller: DeviceCaller, frame: DeviceResult) -> dict[str, Any]:
         """Take a ``device:result`` frame; the ``device:ack`` that says what became of it."""
