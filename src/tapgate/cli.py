@@ -306,7 +306,7 @@ def serve(
     if not public_url:  # the workers read it from the environment, as every setting
         public_url = serve_url(host, port, tls=cert is not None)
         os.environ["TAPGATE_PUBLIC_URL"] = public_url
-    _serve_at(settings, public_url, move)
+    _serve_at(settings, public_url, move, guard=bool(settings.public_url))
     configure_logging(settings.log_level)
     if needs_https_warning(public_url):
         logging.getLogger("tapgate.serve").warning(
@@ -336,15 +336,17 @@ def serve(
     )
 
 
-def _serve_at(settings: Settings, public_url: str, move: bool) -> None:
-    """Refuse a public_url other than the one the devices were paired under, unless ``--move``."""
+def _serve_at(settings: Settings, public_url: str, move: bool, *, guard: bool) -> None:
+    """Refuse a public_url other than the one the devices were paired under, unless ``--move``. Without
+    public_url set (``guard`` off) the gateway follows its listening address: it records it, and
+    several processes on one database may each listen elsewhere."""
 
     async def work() -> list[Stranded]:
         from tapgate.bootstrap import build_gateway
 
         gateway = build_gateway(settings)
         try:
-            return await gateway.serve_at(public_url, move=move)
+            return await gateway.serve_at(public_url, move=move, guard=guard)
         finally:
             await gateway.close()
 

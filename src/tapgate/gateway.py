@@ -444,10 +444,10 @@ class Gateway:
         """Where a device that linked at ``host`` should go (``device:moved``), if the gateway moved."""
         return await moving.moved_to(self.ctx, caller, host, self.public_url)
 
-    async def serve_at(self, public_url: str, *, move: bool) -> list[moving.Stranded]:
-        """Record the address the gateway is served at; the tenants whose devices it would strand,
-        unless ``move``. For ``tapgate serve``, before it listens."""
-        return await moving.serve_at(self.ctx, public_url, move=move)
+    async def serve_at(self, public_url: str, *, move: bool, guard: bool = True) -> list[moving.Stranded]:
+        """Record the address the gateway is served at; with ``guard``, the tenants whose devices it
+        would strand, unless ``move``. For ``tapgate serve``, before it listens."""
+        return await moving.serve_at(self.ctx, public_url, move=move, guard=guard)
 
     async def must_pair_again(self, tenant_id: str, devices: list[Device]) -> set[str]:
         """The ids of the browser-app devices among ``devices`` that the gateway's move left behind."""

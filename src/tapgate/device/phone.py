@@ -512,6 +512,7 @@ class Phone:
         if self._on_moved is not None:
             self._on_moved(url)
         self._screen.note(f"The gateway moved to {url}; linking there.")
+        self._mode = ""  # the next link says where it is
         raise _Moved
 
     def _acknowledged(self, frame: Mapping[str, Any]) -> None:

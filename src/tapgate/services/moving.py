@@ -29,10 +29,11 @@ class Stranded:
     devices: int
 
 
-async def serve_at(ctx: Context, public_url: str, *, move: bool) -> list[Stranded]:
-    """Record that the gateway is served at ``public_url``. A tenant with live devices under another
-    address is moved when ``move`` (and the move journalled), else left as it is and returned: the caller
-    refuses to serve. A tenant without devices, or never served before, simply records it."""
+async def serve_at(ctx: Context, public_url: str, *, move: bool, guard: bool = True) -> list[Stranded]:
+    """Record that the gateway is served at ``public_url``. With ``guard``, a tenant with live devices
+    under another address is moved when ``move`` (and the move journalled), else left as it is and
+    returned: the caller refuses to serve. A tenant without devices, or never served before, or any
+    tenant without ``guard`` (a gateway that follows its own listening address), simply records it."""
     now = ctx.clock.now()
     stranded: list[Stranded] = []
     for tenant_id in await ctx.store.tenant_ids():
@@ -41,7 +42,7 @@ async def serve_at(ctx: Context, public_url: str, *, move: bool) -> list[Strande
             if tenant is None or tenant.served_url == public_url:
                 continue
             live = 0
-            if tenant.served_url is not None:
+            if guard and tenant.served_url is not None:
                 live = sum([await uow.devices.count_live(u.user_id) for u in await uow.users.list()])
             if live == 0:
                 await uow.tenants.set_served(public_url, None)
