@@ -215,3 +215,100 @@ def test_the_docs_no_longer_say_built_things_are_coming(doc: str) -> None:
     )
     if doc == "api.md":
         assert "POST /v1/notices" not in section(text, "## Coming")
+
+
+# configuration.md's terminal sessions: each `$ tapgate serve …` refusal runs as shown, in a folder
+# `tapgate init` made, and says the first line the doc shows. A session the doc cannot show whole is
+# listed here with the reason.
+NOT_RUN = {
+    "tapgate serve --config pol.toml": "the doc names pol.toml and its policies.yaml without showing them",
+}
+
+
+def _sessions(markdown: str) -> list[list[tuple[str, list[str]]]]:
+    """Each plain fenced block that is a terminal session running `tapgate serve`: its commands, each
+    with the lines shown under it."""
+    sessions = []
+    for fence in FENCE.finditer(markdown):
+        text = fence.group(2)
+        if fence.group(1) or not text.startswith("$ ") or "tapgate serve" not in text:
+            continue
+        steps: list[tuple[str, list[str]]] = []
+        for line in text.splitlines():
+            if line.startswith("$ "):
+                steps.append((line[2:], []))
+            elif line and steps:
+                steps[-1][1].append(line)
+        sessions.append(steps)
+    return sessions
+
+
+def _run_session(folder: Path, steps: list[tuple[str, list[str]]]) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TAPGATE_")}
+    env["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH', '')}"
+    made = subprocess.run(
+        ["tapgate", "init", "--dir", "."], cwd=folder, env=env, capture_output=True, check=False
+    )
+    assert made.returncode == 0, made.stderr
+    code = 0
+    for command, shown in steps:
+        if command.startswith("cat "):
+            (folder / command.split()[1]).write_text("".join(f"{line}\n" for line in shown))
+            continue
+        if command == "echo $?":
+            assert [str(code)] == shown
+            continue
+        if command.split("  #")[0].strip() in NOT_RUN:
+            continue
+        done = subprocess.run(
+            ["bash", "-c", command],
+            cwd=folder,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        code = done.returncode
+        said = (done.stdout + done.stderr).strip().splitlines()
+        if shown:
+            assert said[:1] == shown[:1], (command, said, shown)
+
+
+def test_configurations_refusals_are_the_ones_serve_really_prints(tmp_path: Path) -> None:
+    sessions = _sessions((ROOT / "docs" / "configuration.md").read_text())
+    assert len(sessions) >= 4
+    for i, steps in enumerate(sessions):
+        folder = tmp_path / str(i)
+        folder.mkdir()
+        _run_session(folder, steps)
+
+
+USER_DOCS = ["README.md", *(f"docs/{p.name}" for p in sorted((ROOT / "docs").glob("*.md")))]
+
+
+@pytest.mark.parametrize("doc", USER_DOCS)
+def test_no_doc_cites_the_design_file_a_user_does_not_have(doc: str) -> None:
+    text = (ROOT / doc).read_text()
+    assert "DESIGN" not in text, [line for line in text.splitlines() if "DESIGN" in line]
+
+
+def test_no_commands_help_cites_the_design_file_a_user_does_not_have() -> None:
+    import typer
+    from typer.testing import CliRunner
+
+    from tapgate.cli import app
+
+    def paths(command: object, path: tuple[str, ...]) -> Iterator[tuple[str, ...]]:
+        yield path
+        for name, sub in getattr(command, "commands", {}).items():  # a group's commands
+            yield from paths(sub, (*path, name))
+
+    runner = CliRunner()
+    seen = 0
+    for path in paths(typer.main.get_command(app), ()):
+        shown = runner.invoke(app, [*path, "--help"], env={"COLUMNS": "200"})
+        assert shown.exit_code == 0, (path, shown.output)
+        assert "DESIGN" not in shown.output, (path, shown.output)
+        seen += 1
+    assert seen > 30

@@ -666,7 +666,7 @@ def bench(
         ),
     ] = None,
 ) -> None:
-    """The benchmark suite of DESIGN §11: tapgate against a floor, in one run; prints a table and writes
+    """The benchmark suite: tapgate against a floor, in one run; prints a table and writes
     results.json and results.png."""
     from rich.console import Console
 
