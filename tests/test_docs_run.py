@@ -13,10 +13,12 @@ import shlex
 import signal
 import subprocess
 import sys
+import textwrap
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import httpx
 import pytest
 
 from tests.live import free_port
@@ -152,7 +154,10 @@ def test_the_readmes_run_it_yourself_pairs_a_terminal_phone_on_its_own_port(tmp_
         assert paired[-1].startswith("desk-lamp\t") and "granted: set_light" in paired[-1]
         assert f"Paired desk-lamp with http://127.0.0.1:{port}" in outputs[1]  # the link named serve's port
         assert outputs[2].strip().splitlines()[-1] == "done"
-        _pair_as_the_readme_shows(tmp_path, port)
+        work = tmp_path / "work"  # the README's own folder: nothing lands beside the clone's files
+        assert {"lamp.pem", "lamp.json", "gateway"} <= {p.name for p in work.iterdir()}
+        assert {p.name for p in tmp_path.iterdir()} == {"work"}
+        _pair_as_the_readme_shows(work, port)
 
 
 def _pair_as_the_readme_shows(folder: Path, port: int) -> None:
@@ -312,3 +317,89 @@ def test_no_commands_help_cites_the_design_file_a_user_does_not_have() -> None:
         assert "DESIGN" not in shown.output, (path, shown.output)
         seen += 1
     assert seen > 30
+
+
+INDENTED_FENCE = re.compile(r"^( *)```(\w*)\n(.*?)^\1```\n", re.MULTILINE | re.DOTALL)
+
+
+def indented_shell_blocks(markdown: str) -> list[Block]:
+    """The ``sh`` blocks in order, those inside a list item too (indented with it)."""
+    return [
+        Block(textwrap.dedent(m.group(3)), None)
+        for m in INDENTED_FENCE.finditer(markdown)
+        if m.group(2) == "sh"
+    ]
+
+
+# What the README's "Run it yourself" leaves behind, which browser-app.md starts from (OPERATOR, the
+# gateway on the README's port, ana).
+_GATEWAY_AS_THE_README_LEAVES_IT = """OPERATOR=$(tapgate init --dir gateway | tail -n 1)
+tapgate serve --config gateway/tapgate.toml --port 18231 >gateway/serve.log 2>&1 &
+curl -s --retry 30 --retry-connrefused --retry-delay 1 http://127.0.0.1:18231/readyz
+export TAPGATE_CONFIG=gateway/tapgate.toml
+tapgate user add ana --name Ana
+"""
+# The phone: the browser app in the person's hand; here the terminal phone claims the link in its place,
+# declaring what the app declares, and the code it shows is the one the person types.
+_THE_PHONE_CLAIMS_THE_LINK = """tapgate device keygen phone.pem
+tapgate device pair "$(jq -r .url pairing.json)" phone.pem ana-phone \\
+  --capability '{"name": "phone_actions"}' --capability '{"name": "sms_send"}' \\
+  | tail -n 1 | cut -d ' ' -f 3 > code.txt
+"""
+
+
+def test_the_browser_apps_pairing_runs_with_the_settings_init_writes(tmp_path: Path) -> None:
+    pairing = section((ROOT / "docs" / "browser-app.md").read_text(), "## Pair a phone")
+    start, consent = indented_shell_blocks(pairing)
+    assert "CODE=123456" in consent.code and "$USER" not in pairing and "$GATEWAY" not in pairing
+    consent.code = consent.code.replace("CODE=123456", "CODE=$(cat code.txt)")
+    blocks = [
+        Block(_GATEWAY_AS_THE_README_LEAVES_IT, None),
+        start,
+        Block(_THE_PHONE_CLAIMS_THE_LINK, None),
+        consent,
+    ]
+    outputs = run_blocks(blocks, tmp_path, "18231", free_port())
+    check_answers(blocks, outputs)
+    assert (tmp_path / "pair.svg").read_text().startswith("<?xml")
+    answer = json.loads(outputs[3])
+    assert answer["device"]["status"] == "active", answer
+    assert {c["name"] for c in answer["device"]["capabilities"] if c["granted"]} == {
+        "phone_actions",
+        "sms_send",
+        "approvals",
+    }
+
+
+def test_the_agent_and_console_guides_commands_run_on_the_readmes_gateway(tmp_path: Path) -> None:
+    """agents.md's and console.md's blocks, run after the README's (on its gateway, its running lamp and
+    its variables), and the console sign-in page's own hint typed as it reads."""
+    readme = shell_blocks(section((ROOT / "README.md").read_text(), "## Run it yourself"))
+    agents = shell_blocks((ROOT / "docs" / "agents.md").read_text())
+    console = shell_blocks((ROOT / "docs" / "console.md").read_text())
+    assert len(agents) == 2 and len(console) == 1
+    for block in (*readme, *console):
+        block.code = block.code.replace("18231", "8080")  # one port for all three: the agents guide's
+    blocks = [*readme, *agents, *console]
+    port = free_port()
+    with running_blocks(blocks, tmp_path, "8080", port) as outputs:
+        check_answers(blocks, outputs)
+        called = json.loads(outputs[len(readme) + 1])
+        assert called["status"] == "done", called
+        work = tmp_path / "work"
+        link = (work / "link.txt").read_text().strip()
+        assert link.startswith(f"http://127.0.0.1:{port}/console/link/")
+        with httpx.Client(timeout=10) as browser:
+            signed_in = browser.post(link, headers={"content-type": "application/x-www-form-urlencoded"})
+            assert signed_in.status_code == 303 and signed_in.headers["location"] == "/console/devices"
+        page = (ROOT / "src" / "tapgate" / "api" / "console" / "templates" / "sign_in.html").read_text()
+        [hint] = re.findall(r"<code>(tapgate console link[^<]*)</code>", page)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("TAPGATE_")}
+        env |= {"TAPGATE_CONFIG": "gateway/tapgate.toml", "TAPGATE_URL": f"http://127.0.0.1:{port}"}
+        words = shlex.split(hint.replace("YOU", "ana"))
+        done = subprocess.run(
+            [sys.executable, "-m", "tapgate", *words[1:]], cwd=work, env=env, capture_output=True, text=True,
+            timeout=60, check=False,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        assert f"http://127.0.0.1:{port}/console/link/" in done.stdout
