@@ -138,6 +138,8 @@ device_channel_enabled = true
 device_sms_enabled = true
 # public_url = "https://tapgate.example"      # what pairing links and QR codes point at (default: the
                                                # address `tapgate serve` listens on, e.g. http://127.0.0.1:8080)
+                                               # Choose it before pairing phones: serve refuses another
+                                               # while devices are paired (`serve --move` moves them).
 # policies_file = "policies.yaml"
 invocation_timeout_seconds = 300
 device_call_timeout_seconds = 10
