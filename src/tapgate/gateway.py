@@ -94,6 +94,7 @@ class Gateway:
         on SIGHUP with ``reload_on_sighup``."""
         self.ctx = Context(store, clock, wake, limits or Limits(), policies or PolicySet(), device_channel)
         self.public_url = public_url
+        self._moved: dict[str, bool] = {}  # per tenant: whether `serve --move` moved it (moving.moved_to)
         self._auth = AuthCache(lambda: clock.now().timestamp())
         wake.listen(self._auth.on_notify)
         self._usage = UsageRecorder(store, clock)
@@ -442,7 +443,7 @@ class Gateway:
 
     async def moved_to(self, caller: DeviceCaller, host: str) -> str | None:
         """Where a device that linked at ``host`` should go (``device:moved``), if the gateway moved."""
-        return await moving.moved_to(self.ctx, caller, host, self.public_url)
+        return await moving.moved_to(self.ctx, caller, host, self.public_url, self._moved)
 
     async def serve_at(self, public_url: str, *, move: bool, guard: bool = True) -> list[moving.Stranded]:
         """Record the address the gateway is served at; with ``guard``, the tenants whose devices it

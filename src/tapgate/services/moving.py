@@ -9,6 +9,7 @@ new one (``device:moved``), and the browser app's devices, whose keys cannot fol
 
 from __future__ import annotations
 
+from collections.abc import MutableMapping
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
@@ -63,15 +64,21 @@ async def serve_at(ctx: Context, public_url: str, *, move: bool, guard: bool = T
     return stranded
 
 
-async def moved_to(ctx: Context, caller: DeviceCaller, host: str, public_url: str) -> str | None:
+async def moved_to(
+    ctx: Context, caller: DeviceCaller, host: str, public_url: str, moved: MutableMapping[str, bool]
+) -> str | None:
     """The address a device that linked at ``host`` should use instead: ``public_url``, once the gateway
     moved there (``serve --move``) and the device is one that can follow (not the browser app); else None.
-    A device linking at public_url's own host costs no read."""
+    A device linking at public_url's own host costs no read, nor does a tenant this process read before:
+    ``moved`` remembers each tenant's answer (a move happens only as ``serve`` starts)."""
     if host.lower() == urlsplit(public_url).netloc.lower() or caller.device.app == BROWSER_APP:
         return None
-    async with ctx.store.unit_of_work(caller.principal.tenant_id) as uow:
-        tenant = await uow.tenants.get()
-    return public_url if tenant is not None and tenant.moved_at is not None else None
+    tenant_id = caller.principal.tenant_id
+    if tenant_id not in moved:
+        async with ctx.store.unit_of_work(tenant_id) as uow:
+            tenant = await uow.tenants.get()
+        moved[tenant_id] = tenant is not None and tenant.moved_at is not None
+    return public_url if moved[tenant_id] else None
 
 
 async def must_pair_again(ctx: Context, tenant_id: str, devices: list[Device]) -> set[str]:

@@ -115,7 +115,8 @@ async def _serve(
     moved = await gateway.moved_to(caller, _host(ws))
     ws.scope["headers"] = []  # nothing reads the upgrade's headers again, and a link lasts hours
     if moved is not None:  # the device follows and links again there; until then it is served here
-        await ws.send_text(json.dumps({"type": MOVED, "url": moved}))
+        with contextlib.suppress(Exception):  # a link gone already ends in DeviceLink as any other
+            await ws.send_text(json.dumps({"type": MOVED, "url": moved}))
     if slot is None:  # authenticated by its first frame: counted now
         slot = StreamSlots.key(token)
         if slot is None or not slots.take(slot):
