@@ -4,10 +4,12 @@ carries on there, and the console lists the browser-app phones that must pair ag
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
 import httpx
+from websockets.sync.client import connect
 
 from tapgate.device.keyfile import generate_key, write_key
 from tapgate.device.state import PhoneState
@@ -43,7 +45,7 @@ def _pair_lamp(folder: Path, config: Path, operator: str, client: httpx.Client) 
     return state
 
 
-def _pair_browser_app(client: httpx.Client, operator: str) -> None:
+def _pair_browser_app(client: httpx.Client, operator: str) -> str:
     """A phone paired by the browser app, which says so in its pairing (``app: browser``)."""
     started = client.post("/v1/users/ana/pairings", headers=bearer(operator)).json()
     body = device_body("ana-phone", [{"name": "approvals"}], new_key()) | {
@@ -56,6 +58,15 @@ def _pair_browser_app(client: httpx.Client, operator: str) -> None:
     consent = {"comparison_code": code, "approved": True, "grants": ["approvals"]}
     r = client.post(f"/v1/pairings/{started['pairing_id']}/consent", json=consent, headers=bearer(operator))
     assert r.status_code == 200, r.text
+    return str(claimed.json()["device_token"])
+
+
+def _first_frame(host: str, token: str) -> str:
+    """The type of the first frame a link opened at ``host`` gets, once it has sent an answer to a call
+    that does not exist (the gateway always acknowledges it: a frame that comes for sure)."""
+    with connect(f"ws://{host}/v1/device/connect", additional_headers=bearer(token), open_timeout=10) as link:
+        link.send(json.dumps({"type": "device:result", "callId": "inv_none", "status": "done"}))
+        return str(json.loads(link.recv(timeout=10))["type"])
 
 
 def _console_devices(config: Path, url: str) -> str:
@@ -87,7 +98,7 @@ def test_a_moved_gateway_sends_its_terminal_phone_to_the_new_address_and_asks_fo
         with httpx.Client(base_url=old, timeout=10) as client:
             assert client.post("/v1/users", json={"user_id": "ana"}, headers=bearer(operator)).is_success
             state = _pair_lamp(tmp_path, config, operator, client)
-            _pair_browser_app(client, operator)
+            browser_app = _pair_browser_app(client, operator)
         lamp = Lines("device", "run", "--state", str(state), "--auto", "done")
         lamp.expect("Connected over the WebSocket")
         server.stop()
@@ -104,6 +115,12 @@ def test_a_moved_gateway_sends_its_terminal_phone_to_the_new_address_and_asks_fo
         assert PhoneState.load(state).gateway_url == old
 
         server = Server(config, port=port, args=("--move",)).start()
+        # Told only where it can follow: a terminal device at the old address, never the browser app, never
+        # a link at the new address.
+        terminal = PhoneState.load(state).token
+        assert _first_frame(f"127.0.0.1:{port}", terminal) == "device:moved"
+        assert _first_frame(f"localhost:{port}", terminal) == "device:ack"
+        assert _first_frame(f"127.0.0.1:{port}", browser_app) == "device:ack"
         lamp.expect(f"The gateway moved to {new}; linking there")
         lamp.expect("Connected over the WebSocket")
         assert PhoneState.load(state).gateway_url == new
