@@ -55,7 +55,7 @@ async def serve_at(ctx: Context, public_url: str, *, move: bool, guard: bool = T
             await uow.journal.append(
                 AuditRecord(
                     "gateway.moved",
-                    "operator",
+                    "operator:cli",  # `tapgate serve --move`, as every operator command journals
                     subject=public_url,
                     data={"from": tenant.served_url or "", "devices": live},
                 ),
