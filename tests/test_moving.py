@@ -129,6 +129,13 @@ def test_a_moved_gateway_sends_its_terminal_phone_to_the_new_address_and_asks_fo
             call = {"tool": "device__desk_lamp__set_light", "arguments": {"on": True}, "wait": 30}
             r = client.post("/v1/invocations", json=call, headers=bearer(agent))
             assert r.json()["status"] == "done", r.text
+            journal = client.get("/v1/audit?limit=1000", headers=bearer(operator)).json()["entries"]
+            [moved] = [e for e in journal if e["action"] == "gateway.moved"]
+            assert (moved["actor"], moved["subject"], moved["data"]) == (
+                "operator:cli",
+                new,
+                {"from": old, "devices": 2},
+            )
         page = _console_devices(config, new)
         [notice] = re.findall(r'<section class="card" id="must-pair-again".*?</section>', page, re.DOTALL)
         assert "Ana phone" in notice and "desk-lamp" not in notice  # the terminal phone followed
