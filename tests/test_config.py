@@ -76,6 +76,7 @@ def test_the_environment_wins_over_the_file(tmp_path: Path, monkeypatch: pytest.
         ("log_level = 'loud'\n", "log_level", "must be 'debug', 'info', 'warning' or 'error'"),
         ("ingest_daily_kap = 5\n", "ingest_daily_kap", "is not a tapgate setting"),
         ("[webpush]\nsubjct = 'x'\n", "webpush.subjct", "is not a tapgate setting"),
+        (f"public_url = 'https://{'a' * 200}.example'\n", "public_url", "must be at most 200 characters"),
     ],
 )
 def test_a_bad_value_is_refused_with_its_key_and_reason(

@@ -185,6 +185,13 @@ async def test_a_phone_that_declines_leaves_the_browser_signed_out(ana: Person) 
     assert (await ana.client.post("/console/sign-in/finish")).status_code == 410
 
 
+async def test_the_sign_in_pages_hint_names_the_tenant_unless_it_is_the_default(ana: Person) -> None:
+    elsewhere = (await ana.client.get("/console/sign-in?tenant=acme")).text
+    assert "<code>tapgate console link --user YOU --tenant acme</code>" in elsewhere
+    default = (await ana.client.get("/console/sign-in")).text
+    assert "<code>tapgate console link --user YOU</code>" in default
+
+
 async def test_an_operators_link_signs_in_once(ana: Person) -> None:
     path = "/" + await ana.link()
     assert (await ana.client.post(path, content=b"", headers={"content-type": FORM})).status_code == 303

@@ -97,6 +97,7 @@ def test_every_json_example_is_one_the_test_below_checks() -> None:
             "device:ack",
             "device:notice",
             "device:revoked",
+            "device:moved",  # after `serve --move`: tests/test_moving.py
             "device:result",
             "invocations",
             "event",  # the push message: its senders' shape is tests/test_push_senders.py's

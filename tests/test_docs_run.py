@@ -6,6 +6,7 @@ shape, or an answer whose fields differ from the JSON the doc shows under it fai
 from __future__ import annotations
 
 import contextlib
+import html
 import json
 import os
 import re
@@ -13,10 +14,12 @@ import shlex
 import signal
 import subprocess
 import sys
+import textwrap
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import httpx
 import pytest
 
 from tests.live import free_port
@@ -152,7 +155,10 @@ def test_the_readmes_run_it_yourself_pairs_a_terminal_phone_on_its_own_port(tmp_
         assert paired[-1].startswith("desk-lamp\t") and "granted: set_light" in paired[-1]
         assert f"Paired desk-lamp with http://127.0.0.1:{port}" in outputs[1]  # the link named serve's port
         assert outputs[2].strip().splitlines()[-1] == "done"
-        _pair_as_the_readme_shows(tmp_path, port)
+        work = tmp_path / "work"  # the README's own folder: nothing lands beside the clone's files
+        assert {"lamp.pem", "lamp.json", "gateway"} <= {p.name for p in work.iterdir()}
+        assert {p.name for p in tmp_path.iterdir()} == {"work"}
+        _pair_as_the_readme_shows(work, port)
 
 
 def test_deploys_local_ca_path_serves_https_by_name_and_the_tls_page(tmp_path: Path) -> None:
@@ -232,3 +238,187 @@ def test_the_docs_no_longer_say_built_things_are_coming(doc: str) -> None:
     )
     if doc == "api.md":
         assert "POST /v1/notices" not in section(text, "## Coming")
+
+
+# configuration.md's terminal sessions: each `$ tapgate serve …` refusal runs as shown, in a folder
+# `tapgate init` made, and says the first line the doc shows. A session the doc cannot show whole is
+# listed here with the reason.
+NOT_RUN = {
+    "tapgate serve --config pol.toml": "the doc names pol.toml and its policies.yaml without showing them",
+}
+
+
+def _sessions(markdown: str) -> list[list[tuple[str, list[str]]]]:
+    """Each plain fenced block that is a terminal session running `tapgate serve`: its commands, each
+    with the lines shown under it."""
+    sessions = []
+    for fence in FENCE.finditer(markdown):
+        text = fence.group(2)
+        if fence.group(1) or not text.startswith("$ ") or "tapgate serve" not in text:
+            continue
+        steps: list[tuple[str, list[str]]] = []
+        for line in text.splitlines():
+            if line.startswith("$ "):
+                steps.append((line[2:], []))
+            elif line and steps:
+                steps[-1][1].append(line)
+        sessions.append(steps)
+    return sessions
+
+
+def _run_session(folder: Path, steps: list[tuple[str, list[str]]]) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TAPGATE_")}
+    env["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH', '')}"
+    made = subprocess.run(
+        ["tapgate", "init", "--dir", "."], cwd=folder, env=env, capture_output=True, check=False
+    )
+    assert made.returncode == 0, made.stderr
+    code = 0
+    for command, shown in steps:
+        if command.startswith("cat "):
+            (folder / command.split()[1]).write_text("".join(f"{line}\n" for line in shown))
+            continue
+        if command == "echo $?":
+            assert [str(code)] == shown
+            continue
+        if command.split("  #")[0].strip() in NOT_RUN:
+            continue
+        done = subprocess.run(
+            ["bash", "-c", command],
+            cwd=folder,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        code = done.returncode
+        said = (done.stdout + done.stderr).strip().splitlines()
+        if shown:
+            assert said[:1] == shown[:1], (command, said, shown)
+
+
+def test_configurations_refusals_are_the_ones_serve_really_prints(tmp_path: Path) -> None:
+    sessions = _sessions((ROOT / "docs" / "configuration.md").read_text())
+    assert len(sessions) >= 4
+    for i, steps in enumerate(sessions):
+        folder = tmp_path / str(i)
+        folder.mkdir()
+        _run_session(folder, steps)
+
+
+USER_DOCS = ["README.md", *(f"docs/{p.name}" for p in sorted((ROOT / "docs").glob("*.md")))]
+
+
+@pytest.mark.parametrize("doc", USER_DOCS)
+def test_no_doc_cites_the_design_file_a_user_does_not_have(doc: str) -> None:
+    text = (ROOT / doc).read_text()
+    assert "DESIGN" not in text, [line for line in text.splitlines() if "DESIGN" in line]
+
+
+def test_no_commands_help_cites_the_design_file_a_user_does_not_have() -> None:
+    import typer
+    from typer.testing import CliRunner
+
+    from tapgate.cli import app
+
+    def paths(command: object, path: tuple[str, ...]) -> Iterator[tuple[str, ...]]:
+        yield path
+        for name, sub in getattr(command, "commands", {}).items():  # a group's commands
+            yield from paths(sub, (*path, name))
+
+    runner = CliRunner()
+    seen = 0
+    for path in paths(typer.main.get_command(app), ()):
+        shown = runner.invoke(app, [*path, "--help"], env={"COLUMNS": "200"})
+        assert shown.exit_code == 0, (path, shown.output)
+        assert "DESIGN" not in shown.output, (path, shown.output)
+        seen += 1
+    assert seen > 30
+
+
+INDENTED_FENCE = re.compile(r"^( *)```(\w*)\n(.*?)^\1```\n", re.MULTILINE | re.DOTALL)
+
+
+def indented_shell_blocks(markdown: str) -> list[Block]:
+    """The ``sh`` blocks in order, those inside a list item too (indented with it)."""
+    return [
+        Block(textwrap.dedent(m.group(3)), None)
+        for m in INDENTED_FENCE.finditer(markdown)
+        if m.group(2) == "sh"
+    ]
+
+
+# What the README's "Run it yourself" leaves behind, which browser-app.md starts from (OPERATOR, the
+# gateway on the README's port, ana).
+_GATEWAY_AS_THE_README_LEAVES_IT = """OPERATOR=$(tapgate init --dir gateway | tail -n 1)
+tapgate serve --config gateway/tapgate.toml --port 18231 >gateway/serve.log 2>&1 &
+curl -s --retry 30 --retry-connrefused --retry-delay 1 http://127.0.0.1:18231/readyz
+export TAPGATE_CONFIG=gateway/tapgate.toml
+tapgate user add ana --name Ana
+"""
+# The phone: the browser app in the person's hand; here the terminal phone claims the link in its place,
+# declaring what the app declares, and the code it shows is the one the person types.
+_THE_PHONE_CLAIMS_THE_LINK = """tapgate device keygen phone.pem
+tapgate device pair "$(jq -r .url pairing.json)" phone.pem ana-phone \\
+  --capability '{"name": "phone_actions"}' --capability '{"name": "sms_send"}' \\
+  | tail -n 1 | cut -d ' ' -f 3 > code.txt
+"""
+
+
+def test_the_browser_apps_pairing_runs_with_the_settings_init_writes(tmp_path: Path) -> None:
+    pairing = section((ROOT / "docs" / "browser-app.md").read_text(), "## Pair a phone")
+    start, consent = indented_shell_blocks(pairing)
+    assert "CODE=123456" in consent.code and "$USER" not in pairing and "$GATEWAY" not in pairing
+    consent.code = consent.code.replace("CODE=123456", "CODE=$(cat code.txt)")
+    blocks = [
+        Block(_GATEWAY_AS_THE_README_LEAVES_IT, None),
+        start,
+        Block(_THE_PHONE_CLAIMS_THE_LINK, None),
+        consent,
+    ]
+    outputs = run_blocks(blocks, tmp_path, "18231", free_port())
+    check_answers(blocks, outputs)
+    assert (tmp_path / "pair.svg").read_text().startswith("<?xml")
+    answer = json.loads(outputs[3])
+    assert answer["device"]["status"] == "active", answer
+    assert {c["name"] for c in answer["device"]["capabilities"] if c["granted"]} == {
+        "phone_actions",
+        "sms_send",
+        "approvals",
+    }
+
+
+def test_the_agent_and_console_guides_commands_run_on_the_readmes_gateway(tmp_path: Path) -> None:
+    """agents.md's and console.md's blocks, run after the README's (on its gateway, its running lamp and
+    its variables), and the console sign-in page's own hint typed as it reads."""
+    readme = shell_blocks(section((ROOT / "README.md").read_text(), "## Run it yourself"))
+    agents = shell_blocks((ROOT / "docs" / "agents.md").read_text())
+    console = shell_blocks((ROOT / "docs" / "console.md").read_text())
+    assert len(agents) == 2 and len(console) == 1
+    for block in (*readme, *console):
+        block.code = block.code.replace("18231", "8080")  # one port for all three: the agents guide's
+    blocks = [*readme, *agents, *console]
+    port = free_port()
+    with running_blocks(blocks, tmp_path, "8080", port) as outputs:
+        check_answers(blocks, outputs)
+        called = json.loads(outputs[len(readme) + 1])
+        assert called["status"] == "done", called
+        work = tmp_path / "work"
+        link = (work / "link.txt").read_text().strip()
+        assert link.startswith(f"http://127.0.0.1:{port}/console/link/")
+        with httpx.Client(timeout=10) as browser:
+            signed_in = browser.post(link, headers={"content-type": "application/x-www-form-urlencoded"})
+            assert signed_in.status_code == 303 and signed_in.headers["location"] == "/console/devices"
+        page = httpx.get(f"http://127.0.0.1:{port}/console/sign-in", timeout=10).text  # as the person sees it
+        [hint] = re.findall(r"<code>(tapgate console link[^<]*)</code>", page)
+        assert "--tenant" not in hint  # the tenant init made needs no naming
+        env = {k: v for k, v in os.environ.items() if not k.startswith("TAPGATE_")}
+        env |= {"TAPGATE_CONFIG": "gateway/tapgate.toml", "TAPGATE_URL": f"http://127.0.0.1:{port}"}
+        words = shlex.split(html.unescape(hint).replace("YOU", "ana"))
+        done = subprocess.run(
+            [sys.executable, "-m", "tapgate", *words[1:]], cwd=work, env=env, capture_output=True, text=True,
+            timeout=60, check=False,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        assert f"http://127.0.0.1:{port}/console/link/" in done.stdout

@@ -37,6 +37,42 @@ async def test_a_tenant_reads_back_as_written(store: Store) -> None:
     assert name in await store.tenant_ids()
 
 
+async def test_a_tenant_remembers_where_it_was_served_and_when_it_moved(store: Store) -> None:
+    a, b = await _tenant(store), await _tenant(store)
+    later = datetime(2026, 3, 2, 8, 0, tzinfo=UTC)
+    async with store.unit_of_work(a) as uow:
+        await uow.tenants.set_served("http://127.0.0.1:8080", None)
+    async with store.unit_of_work(a) as uow:
+        assert await uow.tenants.get() == Tenant(a, a, NOW, "http://127.0.0.1:8080", None)
+        await uow.tenants.set_served("https://tapgate.example", later)
+    async with store.unit_of_work(a) as uow:
+        assert await uow.tenants.get() == Tenant(a, a, NOW, "https://tapgate.example", later)
+        await uow.tenants.set_served("https://tapgate.example", None)  # served again: the move stays
+    async with store.unit_of_work(a) as uow:
+        assert await uow.tenants.get() == Tenant(a, a, NOW, "https://tapgate.example", later)
+    async with store.unit_of_work(b) as uow:
+        assert await uow.tenants.get() == Tenant(b, b, NOW)
+
+
+async def test_a_device_the_browser_app_paired_reads_back_as_such(store: Store) -> None:
+    from tapgate.domain.devices import BROWSER_APP, Device, DeviceStatus
+
+    a = await _tenant(store)
+    phone = Device(
+        a, "ana", "00aa11bb22cc33ee", "phone", "Phone", "phone", "ed25519", "k", DeviceStatus.ACTIVE, NOW
+    )
+    async with store.unit_of_work(a) as uow:
+        await uow.users.add(User(a, "ana", "Ana", NOW))
+        await uow.devices.add(replace(phone, app=BROWSER_APP))
+        await uow.devices.add(replace(phone, device_uid="00aa11bb22cc33ff", device_id="lamp"))
+    async with store.unit_of_work(a) as uow:
+        assert [(d.device_id, d.app) for d in await uow.devices.list("ana")] == [
+            ("phone", BROWSER_APP),
+            ("lamp", None),
+        ]
+        assert (await uow.devices.by_uid("00aa11bb22cc33ee")).app == BROWSER_APP  # type: ignore[union-attr]
+
+
 async def test_a_second_tenant_of_the_same_name_is_a_conflict(store: Store) -> None:
     name = await _tenant(store)
     with pytest.raises(Conflict):

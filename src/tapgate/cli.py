@@ -33,6 +33,7 @@ from tapgate.operator_commands import register as register_operator_commands
 
 if TYPE_CHECKING:
     from tapgate.config import Settings
+    from tapgate.services.moving import Stranded
 
 T = TypeVar("T")
 SHUTDOWN_GRACE_SECONDS = 5
@@ -140,6 +141,8 @@ device_channel_enabled = true
 device_sms_enabled = true
 # public_url = "https://tapgate.example"      # what pairing links and QR codes point at (default: the
                                                # address `tapgate serve` listens on, e.g. http://127.0.0.1:8080)
+                                               # Choose it before pairing phones: serve refuses another
+                                               # while devices are paired (`serve --move` moves them).
 # http_port = 8080                             # with tls_cert (`tapgate tls init`), serve also answers plain
                                                # HTTP here: the /tls page, and a redirect to https (0: off)
 # policies_file = "policies.yaml"
@@ -257,6 +260,14 @@ def serve(
         str | None, typer.Option(help="A PEM certificate (with its chain): speak https and wss (tls_cert).")
     ] = None,
     tls_key: Annotated[str | None, typer.Option(help="The certificate's PEM private key (tls_key).")] = None,
+    move: Annotated[
+        bool,
+        typer.Option(
+            "--move",
+            help="public_url changed while devices are paired: move them (terminal phones follow, "
+            "browser-app phones pair again).",
+        ),
+    ] = False,
 ) -> None:
     """Run the gateway; refuses to start, with the reason, on a bad configuration."""
     from tapgate.adapters.store.schema_version import pending_migrations
@@ -316,6 +327,7 @@ def serve(
     if not public_url:  # the workers read it from the environment, as every setting
         public_url = serve_url(host, port, tls=cert is not None)
         os.environ["TAPGATE_PUBLIC_URL"] = public_url
+    _serve_at(settings, public_url, move, guard=bool(settings.public_url))
     configure_logging(settings.log_level)
     if needs_https_warning(public_url):
         logging.getLogger("tapgate.serve").warning(
@@ -374,6 +386,30 @@ def _serve_gateway(
         ssl_certfile=cert,
         ssl_keyfile=key,
     )
+
+
+def _serve_at(settings: Settings, public_url: str, move: bool, *, guard: bool) -> None:
+    """Refuse a public_url other than the one the devices were paired under, unless ``--move``. Without
+    public_url set (``guard`` off) the gateway follows its listening address: it records it, and
+    several processes on one database may each listen elsewhere."""
+
+    async def work() -> list[Stranded]:
+        from tapgate.bootstrap import build_gateway
+
+        gateway = build_gateway(settings)
+        try:
+            return await gateway.serve_at(public_url, move=move, guard=guard)
+        finally:
+            await gateway.close()
+
+    stranded = _run(work)
+    if stranded:
+        devices = sum(s.devices for s in stranded)
+        raise fail(
+            f"public_url is now {public_url}, but {devices} device{'s are' if devices != 1 else ' is'} "
+            f"paired under {stranded[0].served_url}: set public_url back, or pass --move to move them "
+            "(terminal phones follow when they next link; browser-app phones must pair again)."
+        )
 
 
 def _tls_files(cert: str, key: str) -> tuple[str | None, str | None]:
@@ -689,7 +725,7 @@ def bench(
         ),
     ] = None,
 ) -> None:
-    """The benchmark suite of DESIGN §11: tapgate against a floor, in one run; prints a table and writes
+    """The benchmark suite: tapgate against a floor, in one run; prints a table and writes
     results.json and results.png."""
     from rich.console import Console
 

@@ -13,8 +13,8 @@ console_app = typer.Typer(help="The person's console at /console.", no_args_is_h
 
 @console_app.command("link")
 def link(
-    tenant: Annotated[str, typer.Option(help="The tenant.")],
     user: Annotated[str, typer.Option(help="The person the link signs in.")],
+    tenant: Annotated[str, typer.Option(help="The tenant (tapgate init made 'default').")] = "default",
     url: Annotated[
         str | None,
         typer.Option(

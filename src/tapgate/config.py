@@ -23,6 +23,7 @@ from tapgate.validation_messages import sentence
 
 DEFAULT_FILE = "tapgate.toml"
 WAKES = ("local", "postgres", "nats")
+PUBLIC_URL_MAX = 200  # an audit entry's subject and ids hold at most this
 
 
 class WebPushSettings(BaseModel):
@@ -222,6 +223,8 @@ class Settings(BaseSettings):
     def _addresses_are_whole(self) -> Settings:
         if self.public_url and not self.public_url.startswith(("http://", "https://")):
             raise ValueError("public_url must start with https:// (or http://), like https://tapgate.example")
+        if len(self.public_url) > PUBLIC_URL_MAX:  # it is journalled when the gateway moves
+            raise ValueError(f"public_url must be at most {PUBLIC_URL_MAX} characters")
         if bool(self.tls_cert) != bool(self.tls_key):
             raise ValueError("tls_cert and tls_key go together: set both, or neither")
         return self

@@ -33,6 +33,7 @@ from tapgate.services import (
     invoking,
     journal,
     linking,
+    moving,
     notices,
     pairings,
     passkeys,
@@ -93,6 +94,7 @@ class Gateway:
         on SIGHUP with ``reload_on_sighup``."""
         self.ctx = Context(store, clock, wake, limits or Limits(), policies or PolicySet(), device_channel)
         self.public_url = public_url
+        self._moved: dict[str, bool] = {}  # per tenant: whether `serve --move` moved it (moving.moved_to)
         self._auth = AuthCache(lambda: clock.now().timestamp())
         wake.listen(self._auth.on_notify)
         self._usage = UsageRecorder(store, clock)
@@ -438,6 +440,19 @@ class Gateway:
         and at the token's expiry; the link is held (online) while the iterator runs."""
         devices.require_device_scope(caller, Scope.DEVICE_READ)
         return linking.frames(self.ctx, caller, lambda: self.authenticate_device(token), self.links)
+
+    async def moved_to(self, caller: DeviceCaller, host: str) -> str | None:
+        """Where a device that linked at ``host`` should go (``device:moved``), if the gateway moved."""
+        return await moving.moved_to(self.ctx, caller, host, self.public_url, self._moved)
+
+    async def serve_at(self, public_url: str, *, move: bool, guard: bool = True) -> list[moving.Stranded]:
+        """Record the address the gateway is served at; with ``guard``, the tenants whose devices it
+        would strand, unless ``move``. For ``tapgate serve``, before it listens."""
+        return await moving.serve_at(self.ctx, public_url, move=move, guard=guard)
+
+    async def must_pair_again(self, tenant_id: str, devices: list[Device]) -> set[str]:
+        """The ids of the browser-app devices among ``devices`` that the gateway's move left behind."""
+        return await moving.must_pair_again(self.ctx, tenant_id, devices)
 
     async def link_result(self, caller: DeviceCaller, frame: DeviceResult) -> dict[str, Any]:
         """Take a ``device:result`` frame; the ``device:ack`` that says what became of it."""

@@ -35,6 +35,10 @@ class Tenants(Protocol):
     async def get(self) -> Tenant | None:
         """The unit of work's own tenant."""
 
+    async def set_served(self, url: str, moved_at: datetime | None) -> None:
+        """Record the public_url the tenant's devices are served under (and, on a move, when it moved;
+        None keeps the time of the last move)."""
+
 
 class Users(Protocol):
     async def add(self, user: User) -> None:

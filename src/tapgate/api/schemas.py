@@ -204,6 +204,9 @@ class PairingView(BaseModel):
 
 class Pair(DeviceBody):
     code: str = Field(max_length=200)
+    app: Literal["browser"] | None = Field(
+        None, description="'browser' from the browser app: its key stays with this origin"
+    )
 
 
 class Paired(BaseModel):

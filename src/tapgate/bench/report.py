@@ -42,7 +42,7 @@ def table(results: Results) -> Table:
         f"commit {facts['commit'] or '?'}, {facts['date']}; {results.mode} run in {results.seconds:.0f} s. "
         "CPU in cores over each timed window."
     )
-    out = Table(title="tapgate bench (DESIGN §16)", caption=caption, show_lines=False)
+    out = Table(title="tapgate bench", caption=caption, show_lines=False)
     for heading, justify in (
         ("row", "left"),
         ("value", "right"),

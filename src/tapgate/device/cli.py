@@ -10,6 +10,7 @@ import signal
 import ssl
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractAsyncContextManager
+from dataclasses import replace
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
@@ -327,6 +328,7 @@ def run(
                 screen=Screen(console),
                 handlers=registry,
                 watch_inbox=inbox,
+                on_moved=lambda url: replace(phone_state, gateway_url=url).save(state),
             )
             with _ctrl_c_stops(phone):
                 ending = await phone.run()

@@ -4,7 +4,8 @@ One ``Phone`` runs four tasks on one event loop:
 
 - the **link** keeps a WebSocket to ``/v1/device/connect`` open (``device:invoke`` and
   ``device:approval`` frames in, ``device:result`` frames out, each answered by a ``device:ack``;
-  ``device:notice`` frames are shown as a line, once each, and ask nothing back); when
+  ``device:notice`` frames are shown as a line, once each, and ask nothing back; ``device:moved`` makes
+  the phone remember the gateway's new address (``on_moved``) and link again there at once); when
   the WebSocket cannot be opened it long-polls ``GET /v1/device/invocations?wait=`` instead and tries the
   WebSocket again later; when the link drops it reconnects after an exponential, capped back-off;
 - the **inbox** long-polls ``GET /v1/inbox?wait=`` for approvals while there is no WebSocket link (the
@@ -320,8 +321,10 @@ class Phone:
         poll_seconds: float = 2.0,
         websocket_retry_seconds: float = 60.0,
         stable_seconds: float = 10.0,
+        on_moved: Callable[[str], None] | None = None,
     ) -> None:
         self._http = http
+        self._on_moved = on_moved
         self.device_id = device_id
         self._auth = {"Authorization": f"Bearer {token}"}
         self._key = key
@@ -404,6 +407,9 @@ class Phone:
                     opened_at, pending = await self._websocket()
                 except _CannotConnect as e:
                     cannot = str(e)
+                except _Moved:
+                    failures = 0
+                    continue
                 else:
                     if pending:
                         await self._sleep(self._poll_seconds)
@@ -488,10 +494,27 @@ class Phone:
                     self._screen.note(notice.line())
             elif kind == "device:revoked":
                 raise Revoked(REVOKED_MESSAGE)
+            elif kind == "device:moved":
+                self._follow(frame.get("url"))
             elif kind == "device:ack":
                 self._acknowledged(frame)
             elif kind == "device:error":  # a gateway from before device:ack
                 self._link_error(frame)
+
+    def _follow(self, url: object) -> None:
+        """The gateway moved: remember its new address and link there. Raises _Moved (the link ends);
+        an address that is no http(s) URL, or the one in use, is ignored."""
+        if not isinstance(url, str) or not url.startswith(("http://", "https://")):
+            return
+        url = url.rstrip("/")
+        if url == str(self._http.base_url).rstrip("/"):
+            return
+        self._http.base_url = httpx.URL(url)
+        if self._on_moved is not None:
+            self._on_moved(url)
+        self._screen.note(f"The gateway moved to {url}; linking there.")
+        self._mode = ""  # the next link says where it is
+        raise _Moved
 
     def _acknowledged(self, frame: Mapping[str, Any]) -> None:
         """The gateway says what became of an answer sent over the link; only ``accepted`` is silent."""
@@ -740,6 +763,10 @@ class Phone:
 
 class _CannotConnect(Exception):
     pass
+
+
+class _Moved(Exception):
+    """The gateway sent ``device:moved``: link again at the new address."""
 
 
 def _optional_text(value: object) -> str | None:

@@ -13,6 +13,8 @@ class Tenant:
     tenant_id: str
     name: str
     created_at: datetime
+    served_url: str | None = None  # the public_url its devices were last served under
+    moved_at: datetime | None = None  # when `serve --move` last moved it to served_url
 
 
 @dataclass(frozen=True, slots=True)

@@ -207,6 +207,9 @@ class Presence:
         return self.status is DeviceStatus.ACTIVE and self.reachable(now)
 
 
+BROWSER_APP = "browser"  # a device paired by the browser app: its key lives on one origin
+
+
 @dataclass(frozen=True, slots=True)
 class Device:
     tenant_id: str
@@ -224,6 +227,7 @@ class Device:
     revoked_at: datetime | None = None
     capabilities: tuple[Declared, ...] = field(default=())
     link_until: datetime | None = None  # a live WebSocket link holds until then
+    app: str | None = None  # "browser" for the browser app, whose key lives on one origin
 
     def declared(self, name: str) -> Declared | None:
         return next((d for d in self.capabilities if d.capability.name == name), None)

@@ -12,6 +12,7 @@ from tapgate.domain.accounts import Credential
 from tapgate.domain.audit import AuditRecord
 from tapgate.domain.devices import (
     APPROVALS,
+    BROWSER_APP,
     Declared,
     Device,
     DeviceStatus,
@@ -81,6 +82,7 @@ def new_device(
         created_at=now,
         push=check_push(body.get("push")),
         capabilities=tuple(apply_grants(declared, body.get("grants"))),
+        app=BROWSER_APP if body.get("app") == BROWSER_APP else None,
     )
 
 

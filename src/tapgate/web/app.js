@@ -253,6 +253,7 @@ async function onPair(event) {
       alg,
       public_key: await publicKeyBase64(keys),
       capabilities: MANIFEST,
+      app: "browser", // its key stays with this origin: a moved gateway asks for a new pairing
     };
     const push = await webPushTarget(await permission);
     if (push) body.push = push;

@@ -158,6 +158,12 @@ class _Tenants(_Repo):
     async def get(self) -> Tenant | None:
         return self.state.tenants.get(self.tenant_id)
 
+    async def set_served(self, url: str, moved_at: datetime | None) -> None:
+        tenant = self.state.tenants.get(self.tenant_id)
+        if tenant is not None:
+            moved = moved_at or tenant.moved_at
+            self.state.tenants[self.tenant_id] = replace(tenant, served_url=url, moved_at=moved)
+
 
 class _Users(_Repo):
     async def add(self, user: User) -> None:

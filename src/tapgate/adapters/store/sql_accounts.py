@@ -29,7 +29,17 @@ class SqlTenants(Repo):
         row = (
             await self.conn.execute(select(t.tenants).where(t.tenants.c.tenant_id == self.tenant_id))
         ).first()
-        return None if row is None else Tenant(row.tenant_id, row.name, row.created_at)
+        if row is None:
+            return None
+        return Tenant(row.tenant_id, row.name, row.created_at, row.served_url, row.moved_at)
+
+    async def set_served(self, url: str, moved_at: datetime | None) -> None:
+        values: dict[str, object] = {"served_url": url}
+        if moved_at is not None:
+            values["moved_at"] = moved_at
+        await self.conn.execute(
+            update(t.tenants).where(t.tenants.c.tenant_id == self.tenant_id).values(**values)
+        )
 
 
 class SqlUsers(Repo):

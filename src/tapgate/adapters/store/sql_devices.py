@@ -64,6 +64,7 @@ def _device(r: Any, capabilities: tuple[Declared, ...]) -> Device:
         revoked_at=r.revoked_at,
         capabilities=capabilities,
         link_until=r.link_until,
+        app=r.app,
     )
 
 
@@ -84,6 +85,7 @@ class SqlDevices(Repo):
             "created_at": device.created_at,
             "last_seen_at": device.last_seen_at,
             "revoked_at": device.revoked_at,
+            "app": device.app,
         }
         await self._insert(
             t.devices,

@@ -75,6 +75,8 @@ tenants = Table(
     Column("tenant_id", String(40), primary_key=True),
     Column("name", String(80), nullable=False),
     Column("created_at", UtcDateTime, nullable=False),
+    Column("served_url", String(300)),  # the public_url its devices were last served under
+    Column("moved_at", UtcDateTime),  # when `serve --move` moved it there
 )
 
 users = Table(
@@ -157,6 +159,7 @@ devices = Table(
     Column("last_seen_at", UtcDateTime),
     Column("revoked_at", UtcDateTime),
     Column("link_until", UtcDateTime),  # a live WebSocket link is held until then (refreshed)
+    Column("app", String(16)),  # "browser": the browser app, whose key lives on one origin
     ForeignKeyConstraint(["tenant_id", "user_id"], ["users.tenant_id", "users.user_id"], ondelete="CASCADE"),
     # One live (pending or active) device per id and user; a revoked id may be paired again.
     Index(

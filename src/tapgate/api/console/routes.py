@@ -271,7 +271,8 @@ async def devices(request: Request) -> Response:
     async def run() -> Response:
         who = await visitor(request)
         found = await gateway(request).list_devices(who.principal, who.session.user_id)
-        return await _page(request, who, "devices.html", "devices", devices=found)
+        left = await gateway(request).must_pair_again(who.principal.tenant_id, list(found))
+        return await _page(request, who, "devices.html", "devices", devices=found, must_pair_again=left)
 
     return await _guard(request, run)
 

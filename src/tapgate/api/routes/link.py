@@ -2,7 +2,8 @@
 
 The device authenticates with its token in the upgrade's Authorization header or in a first
 ``device:auth`` frame. What the server sends comes from the gateway (``Gateway.device_link``: calls,
-approvals, notices, ``device:revoked``); each ``device:result`` is answered with the gateway's ``device:ack``.
+approvals, notices, ``device:revoked``), after ``device:moved`` when the gateway moved and the
+device linked at its old address; each ``device:result`` is answered with the gateway's ``device:ack``.
 Malformed frames are dropped and counted. An idle link does nothing: no timer revalidates it, and its
 hold is renewed with every other link of the process in batches (``services/links.py``).
 """
@@ -30,6 +31,7 @@ AUTH_SECONDS = 10.0
 UNAUTHORIZED = 4401
 REVOKED = 4403
 TOO_MANY = 4429
+MOVED = "device:moved"
 
 
 class LinkMetrics:
@@ -110,7 +112,11 @@ async def _serve(
     if claimed is not None and claimed != caller.device.device_id:
         await _close(ws, UNAUTHORIZED)
         return
+    moved = await gateway.moved_to(caller, _host(ws))
     ws.scope["headers"] = []  # nothing reads the upgrade's headers again, and a link lasts hours
+    if moved is not None:  # the device follows and links again there; until then it is served here
+        with contextlib.suppress(Exception):  # a link gone already ends in DeviceLink as any other
+            await ws.send_text(json.dumps({"type": MOVED, "url": moved}))
     if slot is None:  # authenticated by its first frame: counted now
         slot = StreamSlots.key(token)
         if slot is None or not slots.take(slot):
@@ -123,6 +129,14 @@ async def _serve(
             slots.give(slot)
         return
     await DeviceLink(gateway, ws, caller, metrics, token).run()
+
+
+def _host(ws: WebSocket) -> str:
+    """The address the device linked at (the upgrade's Host header)."""
+    for name, value in ws.scope["headers"]:
+        if name.lower() == b"host":
+            return bytes(value).decode("latin-1")
+    return ""
 
 
 async def _receive_text(ws: WebSocket) -> str | None:
