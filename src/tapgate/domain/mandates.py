@@ -25,7 +25,7 @@ from typing import Any
 
 from tapgate.domain.approvals import canonical_json
 from tapgate.domain.devices import Capability, ParamType
-from tapgate.domain.errors import Conflict, InvalidInput
+from tapgate.domain.errors import Conflict, InvalidInput, MalformedRequest
 from tapgate.domain.shown import PREVIEW_MAX, TooLongToShow, shown
 
 MANDATE = "mandate"  # the approval kind, its tool, and the capability in its action hash
@@ -152,11 +152,30 @@ def _int(field: str, value: object, low: int, high: int) -> int:
     return value
 
 
+class BoundsRefused(MalformedRequest):
+    """An asked-for mandate out of bounds (400): ``message`` says which and why."""
+
+    code = "invalid"
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field
+
+
 def check_bounds(body: Mapping[str, Any], tools: Mapping[str, Capability], agent_id: str | None) -> Bounds:
     """The asked-for mandate, checked against ``tools`` (the user's tools by name, each with its
-    capability). ``agent_id`` is the agent it is for. Raises InvalidInput with the reason for: an unknown
+    capability). ``agent_id`` is the agent it is for. Raises BoundsRefused with the reason for: an unknown
     tool, a parameter a tool does not declare, a constraint of the wrong type for its parameter, a regex
     that does not compile, is too long or could take exponential time, a count or window out of range."""
+    try:
+        return _check_bounds(body, tools, agent_id)
+    except BoundsRefused:
+        raise
+    except InvalidInput as e:
+        raise BoundsRefused(e.field, e.message) from None
+
+
+def _check_bounds(body: Mapping[str, Any], tools: Mapping[str, Capability], agent_id: str | None) -> Bounds:
     known = {"agent_id", "tools", "constraints", "max_calls", "per_day", "expires_in_seconds", "purpose"}
     for key in body:
         if key not in known:
