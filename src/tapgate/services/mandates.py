@@ -211,33 +211,36 @@ def _visible(caller: Principal, mandate: Mandate | None, user_id: str | None) ->
     return caller.kind is not TokenKind.AGENT or mandate.agent_id in (None, caller.agent_id)
 
 
-def _reader(caller: Principal) -> None:
-    if caller.kind is TokenKind.AGENT:
+async def _reader(uow: UnitOfWork, caller: Principal, agents: bool = True) -> None:
+    """The person, the operator, a device that approves for the person, and (``agents``) an agent."""
+    if caller.kind is TokenKind.AGENT and agents:
         caller.require(TokenKind.AGENT, scope=Scope.TOOLS)
-    else:
-        caller.require(TokenKind.USER, TokenKind.OPERATOR, TokenKind.DEVICE)
+        return
+    caller.require(TokenKind.USER, TokenKind.OPERATOR, TokenKind.DEVICE)
+    if caller.kind is TokenKind.DEVICE:
+        assert caller.device_uid is not None
+        device = await uow.devices.by_uid(caller.device_uid)
+        if device is None or not device.approver:
+            raise Forbidden("Only a device that approves for the person sees and revokes their mandates.")
 
 
 async def listed(ctx: Context, caller: Principal, user_id: str | None = None) -> Sequence[Mandate]:
     """A user's (or their device's) view: all of the user's mandates; an agent's: its own and those for
     any agent; the operator's: those of ``user_id``, which it must name."""
-    _reader(caller)
-    if caller.kind is TokenKind.OPERATOR:
-        if not user_id:
-            raise MalformedRequest("Name the person: ?user_id=…")
-        owner = user_id
-    else:
-        assert caller.user_id is not None
-        owner = caller.user_id
+    if caller.kind is TokenKind.OPERATOR and not user_id:
+        raise MalformedRequest("Name the person whose mandates to list: ?user_id=…")
+    owner = user_id if caller.kind is TokenKind.OPERATOR else caller.user_id
+    assert owner is not None
     async with ctx.store.unit_of_work(caller.tenant_id) as uow:
+        await _reader(uow, caller)
         found = await uow.mandates.list_for(owner)
     return [m for m in found if _visible(caller, m, user_id)]
 
 
 async def one(ctx: Context, caller: Principal, mandate_id: str) -> Mandate:
     """Raises NotFound for an unknown mandate or another person's (never told apart)."""
-    _reader(caller)
     async with ctx.store.unit_of_work(caller.tenant_id) as uow:
+        await _reader(uow, caller)
         mandate = await uow.mandates.get(mandate_id)
     if mandate is None or not _visible(caller, mandate, None):
         raise NotFound(f"There is no mandate {mandate_id!r}.")
@@ -248,9 +251,9 @@ async def revoke(ctx: Context, caller: Principal, mandate_id: str) -> Mandate:
     """Revoke a mandate (the person, their device, the operator): no call uses it after this commits, in
     any process. An unsigned one's card is withdrawn too. Revoking a revoked one changes nothing.
     Raises NotFound, Forbidden (an agent)."""
-    caller.require(TokenKind.USER, TokenKind.OPERATOR, TokenKind.DEVICE)
     now = ctx.clock.now()
     async with ctx.store.unit_of_work(caller.tenant_id) as uow:
+        await _reader(uow, caller, agents=False)
         mandate = await uow.mandates.get(mandate_id)
         if mandate is None or not _visible(caller, mandate, None):
             raise NotFound(f"There is no mandate {mandate_id!r}.")
