@@ -5,13 +5,17 @@ commits; and on SQLite in one process, concurrent calls spend exactly the uses t
 from __future__ import annotations
 
 import asyncio
+import secrets
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from typer.testing import CliRunner
 
+from tapgate.adapters.store.migrate import migrate
+from tapgate.cli import app
 from tapgate.domain.approvals import sign_decision, signed_text
 from tests.conftest import PostgresDatabase
 from tests.live import Server, new_tenant, write_config
@@ -109,8 +113,6 @@ async def test_a_mandate_revoked_on_one_gateway_covers_no_call_on_the_other(
 
 
 async def test_concurrent_calls_on_sqlite_spend_exactly_the_uses_a_mandate_has(tmp_path: Path) -> None:
-    from tapgate.adapters.store.migrate import migrate
-
     url = f"sqlite:///{tmp_path / 'tapgate.db'}"
     await migrate(url)
     server = Server(write_config(tmp_path, url, max_open_confirmations=100)).start()
@@ -122,5 +124,34 @@ async def test_concurrent_calls_on_sqlite_spend_exactly_the_uses_a_mandate_has(t
             assert sum(c["mandate_id"] == tokens["mandate"] for c in calls) == 4
             view = await client.get(f"/v1/mandates/{tokens['mandate']}", headers=bearer(tokens["user"]))
             assert view.json()["used"] == 4
+    finally:
+        server.stop()
+
+
+async def test_the_operator_lists_shows_and_revokes_a_mandate_from_the_command_line(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'tapgate.db'}"
+    await migrate(url)
+    config = write_config(tmp_path, url)
+    server = Server(config).start()
+    try:
+        tenant = f"t-{secrets.token_hex(3)}"
+        operator = await new_tenant(url, tenant)
+        async with httpx.AsyncClient(base_url=server.url, timeout=30) as client:
+            tokens = await _home(client, operator, max_calls=7)
+            await _call(client, tokens["agent"])
+
+            def cli(*args: str) -> str:
+                result = CliRunner().invoke(app, [*args, "--tenant", tenant, "--config", str(config)])
+                assert result.exit_code == 0, result.output
+                return result.output
+
+            listed = await asyncio.to_thread(cli, "mandate", "list", "--user", "ana")
+            assert tokens["mandate"] in listed and "active" in listed and "used 1/7" in listed
+            shown = await asyncio.to_thread(cli, "mandate", "show", tokens["mandate"])
+            assert "purpose: lights" in shown
+            revoked = await asyncio.to_thread(cli, "mandate", "revoke", tokens["mandate"])
+            assert f"Revoked {tokens['mandate']}." in revoked
+            assert (await _call(client, tokens["agent"]))["mandate_id"] is None
+            assert "revoked" in await asyncio.to_thread(cli, "mandate", "list", "--user", "ana")
     finally:
         server.stop()
