@@ -315,14 +315,15 @@ async def test_a_mandate_never_covers_an_untrusted_origin_a_shadow_run_or_a_bloc
     )
     async with _home(engine, request) as home:
         await home.live(max_calls=100, per_day=None)
-        untrusted = await home.call(on=True, origin="untrusted")
+        assert (await home.call(on=True, brightness=30))["mandate_id"] is not None  # covered from the owner
+        untrusted = await home.call(on=True, brightness=30, origin="untrusted")
         assert untrusted["status"] == "awaiting_approval" and untrusted["mandate_id"] is None
         assert "mandate" not in untrusted["reason"]  # containment is never delegated
-        shadow = await home.call(on=True, shadow=True)
+        shadow = await home.call(on=True, brightness=30, shadow=True)
         assert shadow["status"] == "refused" and shadow["mandate_id"] is None
     async with _home(engine, request, policies=block) as home:
         await home.live(max_calls=100, per_day=None)
-        blocked = await home.call(on=True)
+        blocked = await home.call(on=True, brightness=30)
         assert blocked["status"] == "refused" and blocked["reason"].startswith("[policy] Not the lamp")
 
 
@@ -343,7 +344,7 @@ async def test_a_mandate_never_covers_an_ungranted_capability_or_the_phones_own_
             headers=bearer(home.world.operator),
         )
         assert r.status_code == 200, r.text
-        ungranted = await home.call(on=True)
+        ungranted = await home.call(on=True, brightness=30)
         assert ungranted["status"] == "refused" and "not granted" in ungranted["reason"]
         assert (await home.mandate(lamp)).json()["used"] == 0
 
@@ -385,3 +386,31 @@ async def test_mandates_are_read_by_their_person_and_agent_and_revoked_by_the_pe
         # an unsigned mandate revoked takes its card off the phone
         inbox = await client.get("/v1/inbox", headers=bearer(home.tokens["ana-phone"]))
         assert [a["subject"] for a in inbox.json()["approvals"]] == []
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+async def test_an_agent_the_person_said_wasnt_them_gets_nothing_under_its_mandate(
+    engine: str, request: pytest.FixtureRequest
+) -> None:
+    async with _home(engine, request) as home:
+        mandate_id = await home.live(max_calls=100, per_day=None)
+        asked = await home.call(on=True, brightness=90)  # past the mandate's bound: it asks
+        r = await home.world.client.get("/v1/inbox", headers=bearer(home.tokens["ana-phone"]))
+        card = next(a for a in r.json()["approvals"] if a["binding_code"] == asked["binding_code"])
+        sign = card["sign"]
+        text = signed_text(
+            sign["format"], card["id"], "denied", card["kind"], card["subject"],
+            sign["action_sha256"], sign["challenge"], sign["expires_at"],
+        )  # fmt: skip
+        body = {
+            "decision": "denied",
+            "not_me": True,
+            "signature": sign_decision(home.keys["ana-phone"].private, text),
+        }
+        r = await home.world.client.post(
+            f"/v1/approvals/{card['id']}", json=body, headers=bearer(home.tokens["ana-phone"])
+        )
+        assert r.status_code == 200, r.text
+        paused = await home.call(on=True, brightness=10)
+        assert paused["status"] == "refused" and "wasn't them" in paused["reason"]
+        assert (await home.mandate(mandate_id)).json()["used"] == 0
