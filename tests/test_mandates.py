@@ -414,3 +414,19 @@ async def test_an_agent_the_person_said_wasnt_them_gets_nothing_under_its_mandat
         paused = await home.call(on=True, brightness=10)
         assert paused["status"] == "refused" and "wasn't them" in paused["reason"]
         assert (await home.mandate(mandate_id)).json()["used"] == 0
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+async def test_a_mandate_whose_window_closed_is_marked_expired_and_announced_once(
+    engine: str, request: pytest.FixtureRequest
+) -> None:
+    clock = FrozenClock()
+    async with _home(engine, request, clock) as home:
+        mandate_id = await home.live(expires_in_seconds=600)
+        clock.advance(600)
+        await home.gateway.sweep()
+        await home.gateway.sweep()
+        expired = [e for e in await home.events() if e.type == "mandate.expired"]
+        assert [e.data["mandate_id"] for e in expired] == [mandate_id]
+        assert (await home.mandate(mandate_id)).json()["status"] == "expired"
+        assert (await home.call(on=True, brightness=30))["mandate_id"] is None

@@ -142,3 +142,22 @@ async def test_calls_racing_for_a_mandates_last_uses_never_spend_one_twice(store
     taken = await asyncio.gather(*(take() for _ in range(12)))
     assert sorted(t for t in taken if t is not None) == [1, 2, 3, 4, 5]
     assert taken.count(None) == 7
+
+
+async def test_the_signed_mandates_whose_window_closed_are_found_oldest_first_in_batches(
+    store: Store,
+) -> None:
+    tenant = await _world(store)
+    for i, minutes in enumerate((30, 10, 20)):
+        await _signed(store, tenant, mandate_id=f"mnd_{i}", expires_at=NOW + timedelta(minutes=minutes))
+    await _signed(store, tenant, mandate_id="mnd_later", expires_at=NOW + timedelta(hours=2))
+    async with store.unit_of_work(tenant) as uow:
+        await uow.mandates.add(_mandate(tenant, "mnd_unsigned", expires_at=NOW))
+    at = NOW + timedelta(hours=1)
+    async with store.unit_of_work(tenant) as uow:
+        assert [m.mandate_id for m in await uow.mandates.ended(at, 2)] == ["mnd_1", "mnd_2"]
+        assert [m.mandate_id for m in await uow.mandates.ended(at, 10)] == ["mnd_1", "mnd_2", "mnd_0"]
+        assert await uow.mandates.set_status("mnd_1", MandateStatus.ACTIVE, MandateStatus.EXPIRED, at, "sys")
+        assert [m.mandate_id for m in await uow.mandates.ended(at, 10)] == ["mnd_2", "mnd_0"]
+    async with store.unit_of_work(tenant_name()) as uow:
+        assert await uow.mandates.ended(at, 10) == []

@@ -284,6 +284,10 @@ class Mandates(Protocol):
     ) -> bool:
         """Move the mandate from ``was`` to ``status``; False if it was no longer ``was``."""
 
+    async def ended(self, now: datetime, limit: int) -> Sequence[Mandate]:
+        """Up to ``limit`` of the tenant's signed mandates whose window closed by ``now``, still stored as
+        active: what the expiry sweep marks expired and announces."""
+
     async def take(self, mandate_id: str, now: datetime) -> int | None:
         """Spend one use at once (one statement, so two transactions never spend the same one): only while
         it is active, inside its window, with a call left in all and in ``now``'s UTC day. The new count

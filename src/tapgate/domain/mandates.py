@@ -53,10 +53,11 @@ class MandateStatus(StrEnum):
     DENIED = "denied"
 
 
-# What the store keeps; exhausted and expired are read from the counts and the clock.
+# What the store keeps; exhausted, and expired until the sweep marks it, are read from the counts and clock.
 STORED = (
     MandateStatus.AWAITING_SIGNATURE,
     MandateStatus.ACTIVE,
+    MandateStatus.EXPIRED,  # once the expiry sweep announced it
     MandateStatus.REVOKED,
     MandateStatus.DENIED,
 )

@@ -40,6 +40,7 @@ MANDATE_DENIED = "mandate.denied"
 MANDATE_USED = "mandate.used"
 MANDATE_EXHAUSTED = "mandate.exhausted"
 MANDATE_REVOKED = "mandate.revoked"
+MANDATE_EXPIRED = "mandate.expired"
 
 
 @dataclass(frozen=True, slots=True)
@@ -291,3 +292,16 @@ async def record_use(uow: UnitOfWork, actor: str, used: Used, invocation_id: str
     await _record(uow, actor, used.mandate, MANDATE_USED, "used", now, extra)
     if used.count >= used.mandate.max_calls:
         await _record(uow, "system:mandate", used.mandate, MANDATE_EXHAUSTED, "exhausted", now)
+
+
+async def sweep_expired(ctx: Context, tenant_id: str, limit: int) -> int:
+    """Mark the tenant's signed mandates whose window closed ``expired``, journalling and announcing
+    ``mandate.expired`` once each (the expiry sweep runs this). Returns how many."""
+    now = ctx.clock.now()
+    async with ctx.store.unit_of_work(tenant_id) as uow:
+        ended = await uow.mandates.ended(now, limit)
+        for mandate in ended:
+            was, expired = MandateStatus.ACTIVE, MandateStatus.EXPIRED
+            if await uow.mandates.set_status(mandate.mandate_id, was, expired, now, "system:expired"):
+                await _record(uow, "system:expired", mandate, MANDATE_EXPIRED, "expired", now)
+    return len(ended)

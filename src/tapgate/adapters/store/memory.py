@@ -858,6 +858,14 @@ class _Mandates(_Repo):
         )
         return True
 
+    async def ended(self, now: datetime, limit: int) -> Sequence[Mandate]:
+        found = [
+            m
+            for (t, _), m in self.state.mandates.items()
+            if t == self.tenant_id and m.status is MandateStatus.ACTIVE and m.expires_at <= now
+        ]
+        return sorted(found, key=lambda m: (m.expires_at, m.mandate_id))[:limit]
+
     async def take(self, mandate_id: str, now: datetime) -> int | None:
         m = self.state.mandates.get((self.tenant_id, mandate_id))
         if m is None or m.status is not MandateStatus.ACTIVE or m.expires_at <= now or m.used >= m.max_calls:

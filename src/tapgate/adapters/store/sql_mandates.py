@@ -104,6 +104,19 @@ class SqlMandates(Repo):
         )
         return bool(result.rowcount)
 
+    async def ended(self, now: datetime, limit: int) -> Sequence[Mandate]:
+        rows = await self.conn.execute(
+            select(t.mandates)
+            .where(
+                _m.tenant_id == self.tenant_id,
+                _m.status == MandateStatus.ACTIVE.value,
+                _m.expires_at <= now,
+            )
+            .order_by(_m.expires_at, _m.mandate_id)
+            .limit(limit)
+        )
+        return [_mandate(r) for r in rows]
+
     async def take(self, mandate_id: str, now: datetime) -> int | None:
         # One conditional UPDATE: a concurrent one waits on the row (PostgreSQL) or the write lock
         # (SQLite) and then finds the counts it left, so a use is never spent twice.
