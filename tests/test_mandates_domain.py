@@ -216,3 +216,43 @@ def test_a_mandate_never_covers_a_call_past_any_count_or_its_window(
     today = used_today if now.date() == NOW.date() else 0
     expected = used < 40 and now < mandate.expires_at and (per_day is None or today < per_day)
     assert covered is expected
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True) | st.text(max_size=30),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=12), inner, max_size=4),
+    max_leaves=12,
+)
+
+
+@given(
+    body=st.fixed_dictionaries(
+        {},
+        optional={
+            "tools": st.lists(st.sampled_from([SMS_TOOL, LAMP_TOOL, "x"]), max_size=3) | _JSON,
+            "constraints": st.dictionaries(
+                st.sampled_from(["to", "body", "on", "level", "x"]),
+                st.dictionaries(
+                    st.sampled_from(["equals", "one_of", "matches", "max", "max_length", "y"]),
+                    _JSON | st.from_regex(r"[a(){}*+?|\\0-9,]{0,12}", fullmatch=True),
+                    max_size=2,
+                ),
+                max_size=3,
+            )
+            | _JSON,
+            "max_calls": _JSON,
+            "per_day": _JSON,
+            "expires_in_seconds": _JSON,
+            "purpose": _JSON,
+            "agent_id": _JSON,
+        },
+    )
+)
+def test_any_asked_for_mandate_is_taken_or_refused_with_a_reason_never_an_error(body: dict[str, Any]) -> None:
+    try:
+        check_bounds(body, TOOLS, None)
+    except InvalidInput as e:
+        said = e.message
+    else:
+        said = "taken"
+    assert said

@@ -278,6 +278,8 @@ def compile_pattern(param: str, pattern: object) -> re.Pattern[str]:
         compiled = re.compile(pattern)
     except re.error as e:
         raise InvalidInput("constraints", f"matches on {param!r} does not compile: {e.msg}.") from None
+    except (OverflowError, RecursionError):
+        raise InvalidInput("constraints", f"matches on {param!r} repeats or nests too much.") from None
     reason = _risky(pattern)
     if reason:
         raise InvalidInput("constraints", f"matches on {param!r} is refused: {reason}.")
