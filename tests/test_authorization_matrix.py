@@ -97,6 +97,7 @@ AGENT_TOOLS = {"agent": "tools"}
 DEVICE_READ, DEVICE_WRITE = {"device": "device.read"}, {"device": "device.write"}
 USER_READ = {"operator": None, "user": "device.read"}
 USER_WRITE = {"operator": None, "user": "device.write"}
+MANDATE_READERS = {"operator": None, "user": None, "agent": "tools", "device": None}
 RULES: dict[tuple[str, str], Rule] = {
     ("GET", "/healthz"): Rule({}, open=True),
     ("GET", "/readyz"): Rule({}, open=True),
@@ -148,11 +149,22 @@ RULES: dict[tuple[str, str], Rule] = {
         foreign="approval_id",
         approvers=True,
     ),
+    ("POST", "/v1/mandates"): Rule({"agent": "tools", "user": None}),
+    ("GET", "/v1/mandates"): Rule(MANDATE_READERS, approvers=True),
+    ("GET", "/v1/mandates/{mandate_id}"): Rule(
+        MANDATE_READERS, of_ana=True, foreign="mandate_id", approvers=True
+    ),
+    ("DELETE", "/v1/mandates/{mandate_id}"): Rule(
+        {"operator": None, "user": None, "device": None}, of_ana=True, foreign="mandate_id", approvers=True
+    ),
     ("GET", "/v1/device/passkeys/options"): Rule(DEVICE_READ),
     ("GET", "/v1/device/passkeys"): Rule(DEVICE_READ),
     ("POST", "/v1/device/passkeys"): Rule(DEVICE_WRITE),
     ("PUT", "/v1/users/{user_id}/user-verification"): Rule(OPERATOR, of_ana=True, foreign="user_id"),
 }
+
+
+_MANDATE = {"expires_in_seconds": 3600, "purpose": "the matrix"}
 
 
 @dataclass
@@ -247,6 +259,15 @@ class Matrix:
             body = device_body(f"d{secrets.token_hex(3)}", [LAMP])
         elif template.endswith("/grants"):
             path, body = path.replace("{device_id}", "desk-lamp"), {"grants": {"set_light": True}}
+        elif template == "/v1/mandates" and method == "POST":
+            device = {"tom": "tom_phone", "bob": "bob_phone"}.get(caller.owner, "desk_lamp")
+            body = {"tools": [f"device__{device}__set_light"], "max_calls": 1} | _MANDATE
+        elif template == "/v1/mandates":
+            path = "/v1/mandates?user_id=ana"
+        elif template == "/v1/mandates/{mandate_id}":
+            body = {"tools": [ANA_LAMP], "max_calls": 1} | _MANDATE
+            asked = await self.post("user", "/v1/mandates", body)
+            path, body = path.replace("{mandate_id}", asked.json()["mandate_id"]), None
         elif method == "DELETE":
             fresh = f"x{secrets.token_hex(3)}"
             await self.post("operator", "/v1/users/ana/devices", device_body(fresh, []))

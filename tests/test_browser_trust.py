@@ -116,3 +116,42 @@ async def test_the_app_shows_a_devices_grant_request_and_its_signature_grants_it
     devices = (await home.client.get("/v1/users/ana/devices", headers=bearer(home.user))).json()["devices"]
     [hall] = [d for d in devices if d["device_id"] == "hall-lamp"]
     assert [c["granted"] for c in hall["capabilities"]] == [True]
+
+
+async def test_the_app_signs_a_mandate_lists_it_under_the_device_and_revokes_it(
+    phone: Phone, home: Home
+) -> None:
+    from playwright.async_api import expect
+
+    await _door(home)
+    body = {
+        "tools": ["device__front_door__unlock_door"],
+        "max_calls": 5,
+        "expires_in_seconds": 3600,
+        "purpose": "let the courier in",
+    }
+    r = await home.client.post("/v1/mandates", json=body, headers=bearer(home.agent))
+    assert r.status_code == 202, r.text
+    asked = r.json()
+    [item] = [
+        a
+        for a in (await home.client.get("/v1/inbox", headers=bearer(home.user))).json()["approvals"]
+        if a["id"] == asked["approval_id"]
+    ]
+    card = phone.card(item["binding_code"])
+    await expect(card).to_be_visible(timeout=WAIT_MS)
+    await expect(card.locator(".fields")).to_contain_text("let the courier in")
+    await expect(card.locator(".fields")).to_contain_text("Calls in all")
+    await card.locator(".confirm").click()
+    await expect(card).to_have_count(0, timeout=WAIT_MS)
+    listed = phone.page.locator(f'#mandates li[data-id="{asked["mandate_id"]}"]')
+    await expect(listed).to_contain_text("Used 0 of 5", timeout=WAIT_MS)
+    covered = await home.invoke("device__front_door__unlock_door", {"minutes": 5})
+    assert covered["mandate_id"] == asked["mandate_id"]
+    await listed.locator(".revoke").click()
+    await expect(listed).to_have_count(0, timeout=WAIT_MS)
+    r = await home.client.get(f"/v1/mandates/{asked['mandate_id']}", headers=bearer(home.user))
+    assert r.json()["status"] == "revoked"
+    after = await home.invoke("device__front_door__unlock_door", {"minutes": 5})
+    assert after["status"] == "awaiting_approval" and after["mandate_id"] is None
+    assert phone.problems == []

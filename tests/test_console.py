@@ -217,6 +217,7 @@ async def test_every_page_needs_a_session_and_carries_the_strict_policy(ana: Per
         "/console/approvals",
         "/console/calls",
         "/console/agents",
+        "/console/mandates",
         "/console/audit",
     ):
         r = await ana.client.get(path)
@@ -675,3 +676,49 @@ def test_two_addresses_are_one_network_only_when_one_router_or_one_local_network
         "Safari on iOS"
     )
     assert describe_browser("curl/8.5.0 <script>") == "an unknown browser"
+
+
+async def test_the_mandates_page_shows_each_mandates_bounds_and_uses_and_revokes_one_only_with_its_csrf(
+    ana: Person,
+) -> None:
+    body = {
+        "tools": [LAMP_TOOL],
+        "constraints": {"brightness": {"max": 60}},
+        "max_calls": 3,
+        "per_day": 2,
+        "expires_in_seconds": 3600,
+        "purpose": "evening lights",
+    }
+    r = await ana.client.post("/v1/mandates", json=body, headers=bearer(ana.tokens["agent"]))
+    assert r.status_code == 202, r.text
+    asked = r.json()
+    inbox = (await ana.client.get("/v1/inbox", headers=bearer(ana.tokens["phone"]))).json()["approvals"]
+    [card] = [a for a in inbox if a["id"] == asked["approval_id"]]
+    decision = {"decision": "approved", "signature": ana.sign(card, "approved")}
+    r = await ana.client.post(
+        f"/v1/approvals/{card['id']}", json=decision, headers=bearer(ana.tokens["phone"])
+    )
+    assert r.status_code == 200, r.text
+    await ana.sign_in_by_link()
+    page = await ana.page("/console/mandates")
+    for words in ("evening lights", "brightness max 60", "0 of 3; 0 of 2 today", "active", LAMP_TOOL):
+        assert words in page
+    revoke = f"/console/mandates/{asked['mandate_id']}/revoke"
+
+    async def status() -> str:
+        r = await ana.client.get(f"/v1/mandates/{asked['mandate_id']}", headers=bearer(ana.tokens["user"]))
+        return str(r.json()["status"])
+
+    for csrf in (None, "0" * 40):
+        assert (await ana.post(revoke, {}, csrf=csrf)).status_code == 403
+    csrf = ana.csrf(page)
+    forged = str(httpx.QueryParams({"csrf": csrf})).encode()
+    r = await ana.client.post(
+        revoke, content=forged, headers={"content-type": FORM, "origin": "https://evil.example"}
+    )
+    assert r.status_code == 403
+    assert await status() == "active"  # nothing changed
+    r = await ana.post(revoke, {})
+    assert r.status_code == 303 and r.headers["location"] == "/console/mandates?said=mandate-revoked"
+    assert "revoked" in await ana.page("/console/mandates")
+    assert await status() == "revoked"

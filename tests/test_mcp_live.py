@@ -98,6 +98,7 @@ async def test_an_mcp_client_lists_the_granted_device_tools_and_calls_one_its_de
                 "device__kettle__boil",
                 "device__ana_phone__sms_send",
                 "tapgate_result",
+                "tapgate_request_mandate",
             }  # read_temperature is declared but not granted; phone_action needs a session
             lamp = tools["device__desk_lamp__set_light"]
             assert lamp.description is not None and lamp.description.startswith("[DEVICE Desk lamp (lamp)")
@@ -203,6 +204,39 @@ async def test_a_call_the_person_must_approve_gives_the_binding_code_and_a_late_
     assert later.structured_content["status"] == "done"
     assert text_of(later).endswith("The device says: boil done")
     assert [call["capability"] for call in seen] == ["boil"]
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_an_agent_asks_for_a_mandate_over_mcp_and_reads_that_it_waits_for_the_persons_signature(
+    transport: str, live: Live, home: Home
+) -> None:
+    asked = {
+        "tools": ["device__kettle__boil"],
+        "max_calls": 5,
+        "per_day": 2,
+        "expires_in_seconds": 86400,
+        "purpose": "morning tea",
+    }
+    with anyio.fail_after(30):
+        async with connect(transport, live, home) as session:
+            answer = await session.call_tool("tapgate_request_mandate", asked)
+            wrong = await session.call_tool(
+                "tapgate_request_mandate", asked | {"tools": ["device__kettle__fly"]}
+            )
+            too_long = await session.call_tool(
+                "tapgate_request_mandate", asked | {"expires_in_seconds": 10**8}
+            )
+
+    assert answer.is_error is False
+    mandate = answer.structured_content
+    assert mandate["status"] == "awaiting_signature"
+    assert f"Mandate {mandate['mandate_id']} is awaiting_signature" in text_of(answer)
+    assert wrong.is_error is True and "unknown tool" in text_of(wrong)
+    assert too_long.is_error is True and "expires_in_seconds" in text_of(too_long)
+    r = await home.client.get(f"/v1/mandates/{mandate['mandate_id']}", headers=bearer(home.user))
+    assert r.json()["status"] == "awaiting_signature" and r.json()["agent_id"] == "assistant"
+    inbox = (await home.client.get("/v1/inbox", headers=bearer(home.user))).json()["approvals"]
+    assert [a["kind"] for a in inbox if a["subject"] == mandate["mandate_id"]] == ["mandate"]
 
 
 @pytest.mark.parametrize(("transport", "mode"), ERAS)

@@ -274,7 +274,10 @@ async def test_a_refusal_and_an_approval_opened_by_policy_name_their_rule_and_li
         ).json()
         assert blocked["reason"] == "[policy] the rule 'no-shed' (line 3) blocks this call"
         assert asked["status"] == "awaiting_approval"
-        assert asked["reason"] == "[policy] Lamp actions need a yes (rule 'ask-lamp', line 6)"
+        assert asked["reason"] == (
+            "[policy] Lamp actions need a yes (rule 'ask-lamp', line 6); a standing mandate could cover "
+            "calls like this one: ask the person for one (POST /v1/mandates)"
+        )
         entries = {e["subject"]: e for e in await _journal(world)}
         assert dict(entries[blocked["id"]]["data"]).items() >= {"rule": "no-shed", "rule_line": 3}.items()
         assert entries[blocked["id"]]["reason"] == blocked["reason"]

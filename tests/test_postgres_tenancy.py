@@ -10,7 +10,7 @@ import contextlib
 import secrets
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import asyncpg
@@ -23,6 +23,7 @@ from tapgate.adapters.store.tables import APPEND_ONLY_TABLES, TENANT_TABLES, met
 from tapgate.adapters.wake.local import LocalWake
 from tapgate.domain.approvals import Decision
 from tapgate.domain.console import SignInKind
+from tapgate.domain.mandates import Mandate
 from tapgate.domain.passkeys import Passkey
 from tapgate.domain.principals import TokenKind
 from tapgate.services import (
@@ -135,6 +136,23 @@ async def _seed_devices(store: Any, clock: FrozenClock, operator: Any, user: str
         uid = enrolled.device.device_uid
         await uow.passkeys.add(Passkey(operator.tenant_id, "cred-seed", uid, user, "cose", 0, clock.now()))
         await uow.passkeys.set_required(user, True)
+        now = clock.now()  # a standing mandate
+        await uow.mandates.add(
+            Mandate(
+                tenant_id=operator.tenant_id,
+                mandate_id="mnd_seed",
+                user_id=user,
+                agent_id=None,
+                tools=("device__desk_lamp__set_light",),
+                constraints={},
+                max_calls=1,
+                per_day=None,
+                purpose="seed",
+                created_at=now,
+                expires_at=now + timedelta(days=1),
+                sign_until=now + timedelta(minutes=5),
+            )
+        )
 
 
 @pytest.fixture(scope="module")

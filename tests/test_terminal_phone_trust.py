@@ -146,3 +146,29 @@ async def test_the_phone_shows_a_grant_request_with_the_capabilitys_bar_and_its_
     devices = person.client.get("/v1/users/ana/devices", headers=bearer(person.user)).json()["devices"]
     [hall] = [d for d in devices if d["device_id"] == "hall-lamp"]
     assert [c["granted"] for c in hall["capabilities"]] == [True]
+
+
+async def test_the_phone_shows_a_mandate_with_every_bound_and_its_signature_makes_it_live(
+    person: Person,
+) -> None:
+    screen, seen = Screen(), Seen()
+    async with _phone(person, screen, seen):
+        body = {
+            "tools": ["device__ana_lamp__unplug"],
+            "max_calls": 3,
+            "per_day": 2,
+            "expires_in_seconds": 3600,
+            "purpose": "tidy the desk at night",
+        }
+        r = person.client.post("/v1/mandates", json=body, headers=bearer(person.agent))
+        assert r.status_code == 202, r.text
+        asked = r.json()
+        line = await screen.expect("approved (signed by ana-lamp)")
+    [request] = seen.requests
+    assert request.kind == "mandate" and request.subject == asked["mandate_id"]
+    assert ("Calls a day", "2") in request.fields and ("Purpose", "tidy the desk at night") in request.fields
+    assert asked["approval_id"] in line
+    r = person.client.get(f"/v1/mandates/{asked['mandate_id']}", headers=bearer(person.user))
+    assert r.json()["status"] == "active"
+    call = person.invoke("unplug", arguments={})
+    assert call["mandate_id"] == asked["mandate_id"] and call["status"] != "awaiting_approval"

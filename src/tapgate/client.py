@@ -67,6 +67,7 @@ class Invocation:
     resolved_at: datetime | None
     binding_code: str | None = None
     device_online: bool | None = None  # the device has a live link or a push route now
+    mandate_id: str | None = None  # the standing mandate it went under, without asking the person
 
     @property
     def open(self) -> bool:
@@ -86,6 +87,7 @@ class Invocation:
             resolved_at=datetime.fromisoformat(body["resolved_at"]) if body.get("resolved_at") else None,
             binding_code=body.get("binding_code"),
             device_online=body.get("device_online"),
+            mandate_id=body.get("mandate_id"),
         )
 
 
@@ -284,6 +286,41 @@ class Client:
         """The invocation as it stands, waiting up to ``wait`` seconds for its answer. Raises NotFound."""
         path = f"/v1/invocations/{invocation_id}"
         return Invocation.from_json(await self._json("GET", path, params={"wait": wait}, wait=wait))
+
+    async def request_mandate(
+        self,
+        tools: Sequence[str],
+        *,
+        max_calls: int,
+        expires_in_seconds: int,
+        purpose: str,
+        constraints: Mapping[str, Mapping[str, Any]] | None = None,
+        per_day: int | None = None,
+        any_agent: bool = False,
+    ) -> dict[str, Any]:
+        """Ask the person for a standing mandate: calls to ``tools`` inside these bounds then go through
+        without an approval each, once the person signs it on their phone. ``constraints`` maps a
+        parameter to ``{"equals": v}``, ``{"one_of": [...]}``, ``{"matches": regex}``, ``{"max": n}`` or
+        ``{"max_length": n}``. Answers ``{mandate_id, status: "awaiting_signature", approval_id}``; read it
+        again with ``mandate()``. Raises InvalidInput with the reason for bounds out of range, Conflict
+        when the person has no device that approves for them."""
+        body: dict[str, Any] = {
+            "tools": list(tools),
+            "max_calls": max_calls,
+            "expires_in_seconds": expires_in_seconds,
+            "purpose": purpose,
+            "constraints": {k: dict(v) for k, v in (constraints or {}).items()},
+        }
+        if per_day is not None:
+            body["per_day"] = per_day
+        if any_agent:
+            body["agent_id"] = None
+        return dict(await self._json("POST", "/v1/mandates", json=body))
+
+    async def mandate(self, mandate_id: str) -> dict[str, Any]:
+        """A mandate with its ``status`` (awaiting_signature, active, exhausted, expired, revoked, denied),
+        ``used`` and ``used_today``. Raises NotFound."""
+        return dict(await self._json("GET", f"/v1/mandates/{mandate_id}"))
 
     async def put_session(
         self, session_id: str, kind: Literal["chat", "schedule", "subagent"] = "chat", attended: bool = True

@@ -15,6 +15,7 @@ from tapgate.domain.events import Event
 from tapgate.domain.frames import DeviceResult
 from tapgate.domain.inbox import Approval
 from tapgate.domain.invocations import Invocation
+from tapgate.domain.mandates import Mandate
 from tapgate.domain.pairing import Pairing
 from tapgate.domain.passkeys import Passkey, Relying
 from tapgate.domain.policy import PolicySet
@@ -33,6 +34,7 @@ from tapgate.services import (
     invoking,
     journal,
     linking,
+    mandates,
     moving,
     notices,
     pairings,
@@ -380,6 +382,20 @@ class Gateway:
 
     async def invocation(self, caller: Principal, invocation_id: str, wait: float = 0) -> View:
         return await invoking.result(self.ctx, caller, invocation_id, wait)
+
+    # standing mandates
+
+    async def request_mandate(self, caller: Principal, body: Mapping[str, Any]) -> Mandate:
+        return await mandates.request(self.ctx, caller, body)
+
+    async def list_mandates(self, caller: Principal, user_id: str | None = None) -> Sequence[Mandate]:
+        return await mandates.listed(self.ctx, caller, user_id)
+
+    async def mandate(self, caller: Principal, mandate_id: str) -> Mandate:
+        return await mandates.one(self.ctx, caller, mandate_id)
+
+    async def revoke_mandate(self, caller: Principal, mandate_id: str) -> Mandate:
+        return await mandates.revoke(self.ctx, caller, mandate_id)
 
     async def device_pending(self, caller: DeviceCaller, wait: float = 0) -> Sequence[Invocation]:
         devices.require_device_scope(caller, Scope.DEVICE_READ)

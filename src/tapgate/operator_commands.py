@@ -41,7 +41,10 @@ user_app = typer.Typer(help="People: add them, list them.", no_args_is_help=True
 
 def register(app: typer.Typer, device_app: typer.Typer) -> None:
     """Add these commands to ``tapgate`` and, beside the terminal phone's, to ``tapgate device``."""
+    from tapgate.mandate_commands import mandate_app
+
     app.add_typer(user_app, name="user")
+    app.add_typer(mandate_app, name="mandate")
     device_app.info.help = (
         "The terminal phone (keygen, enrol, pair, run, decide, vectors), and the operator's list, grant and "
         "revoke of a person's devices."

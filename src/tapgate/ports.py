@@ -15,6 +15,7 @@ from tapgate.domain.events import Event, EventValue
 from tapgate.domain.inbox import Approval
 from tapgate.domain.ingest import Receipt, Triage
 from tapgate.domain.invocations import Invocation, Status
+from tapgate.domain.mandates import Mandate, MandateStatus
 from tapgate.domain.pairing import Pairing
 from tapgate.domain.passkeys import Passkey
 from tapgate.domain.principals import TokenKind
@@ -270,6 +271,33 @@ class Approvals(Protocol):
         empty the preview's fields (both hold the message); the row and its decision stay."""
 
 
+class Mandates(Protocol):
+    async def add(self, mandate: Mandate) -> None:
+        """Raises Conflict if the mandate id is taken."""
+
+    async def get(self, mandate_id: str) -> Mandate | None: ...
+
+    async def list_for(self, user_id: str) -> Sequence[Mandate]:
+        """Every mandate of the user, newest first."""
+
+    async def live_for(self, user_id: str, now: datetime) -> Sequence[Mandate]:
+        """The user's signed mandates inside their window with a call left in all (per_day unread)."""
+
+    async def set_status(
+        self, mandate_id: str, was: MandateStatus, status: MandateStatus, at: datetime, by: str
+    ) -> bool:
+        """Move the mandate from ``was`` to ``status``; False if it was no longer ``was``."""
+
+    async def ended(self, now: datetime, limit: int) -> Sequence[Mandate]:
+        """Up to ``limit`` of the tenant's signed mandates whose window closed by ``now``, still stored as
+        active: what the expiry sweep marks expired and announces."""
+
+    async def take(self, mandate_id: str, now: datetime) -> int | None:
+        """Spend one use at once (one statement, so two transactions never spend the same one): only while
+        it is active, inside its window, with a call left in all and in ``now``'s UTC day. The new count
+        of uses, or None when none was left."""
+
+
 class Pauses(Protocol):
     async def pause(self, user_id: str, agent_id: str, until: datetime) -> None: ...
 
@@ -413,6 +441,8 @@ class UnitOfWork(Protocol):
     def approvals(self) -> Approvals: ...
     @property
     def pauses(self) -> Pauses: ...
+    @property
+    def mandates(self) -> Mandates: ...
     @property
     def passkeys(self) -> Passkeys: ...
     @property

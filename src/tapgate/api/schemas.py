@@ -288,6 +288,9 @@ class InvocationView(BaseModel):
     device_online: bool | None = Field(
         None, description="The device has a live link or a push route now (null: no such device)"
     )
+    mandate_id: str | None = Field(
+        None, description="The standing mandate the call went under, without asking the person"
+    )
 
 
 class DeviceInvocation(BaseModel):
@@ -402,3 +405,38 @@ class NoticeBody(Request):
 
 class NoticeAnswer(BaseModel):
     delivered_to: list[str] = Field(description="The devices the notice is queued for")
+
+
+class MandateView(BaseModel):
+    mandate_id: str
+    agent_id: str | None = Field(description="The agent it is for; null: any agent of the person")
+    tools: list[str]
+    constraints: dict[str, dict[str, Any]]
+    max_calls: int
+    per_day: int | None
+    purpose: str
+    status: Literal["awaiting_signature", "active", "exhausted", "expired", "revoked", "denied"]
+    used: int
+    used_today: int = Field(description="Calls under it this server UTC day")
+    created_at: str
+    expires_at: str
+    approval_id: str | None = Field(description="The approval the person signs it with")
+
+
+class MandateList(BaseModel):
+    mandates: list[MandateView]
+
+
+class MandateRequest(BaseModel):
+    """What an agent asks the person to sign once (documentation: the route reads the body itself)."""
+
+    agent_id: str | None = Field(None, description="Default: the agent token's own agent; null: any agent")
+    tools: list[str] = Field(description="Exact tool names, 1 to 16")
+    constraints: dict[str, dict[str, Any]] = Field(
+        default_factory=dict,
+        description="param: {equals: v} | {one_of: [v, …]} | {matches: regex} | {max: n} | {max_length: n}",
+    )
+    max_calls: int = Field(description="1 to 1000")
+    per_day: int | None = Field(None, description="Calls per server UTC day")
+    expires_in_seconds: int = Field(description="60 to 2,592,000 (30 days)")
+    purpose: str = Field(description="Why, in at most 200 characters: the person reads it")

@@ -81,6 +81,7 @@ class Invocation:
     reason: str | None = None  # why it was refused, or which rule asks the person
     binding_code: str | None = None
     approval_id: str | None = None
+    mandate_id: str | None = None  # the standing mandate it went under, without an approval
 
     def answered(self, status: Status, message: str | None, now: datetime) -> Invocation:
         """The device's answer. Raises Conflict if the invocation is no longer open."""

@@ -36,6 +36,10 @@ class Backend(Protocol):
     async def result(self, invocation_id: str, wait: float) -> Invocation:
         """An earlier call's view, waiting up to ``wait`` seconds for its answer. Raises NotFound."""
 
+    async def request_mandate(self, body: dict[str, Any]) -> dict[str, Any]:
+        """Ask the person for a standing mandate; ``{mandate_id, status, approval_id}``. Raises
+        TapgateError."""
+
     async def watch_tools(
         self, on_change: OnChange, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
     ) -> None:
@@ -62,6 +66,11 @@ class LocalBackend:
         return Invocation.from_json(
             (await self._gateway.invocation(self._caller, invocation_id, wait)).as_dict()
         )
+
+    async def request_mandate(self, body: dict[str, Any]) -> dict[str, Any]:
+        mandate = await self._gateway.request_mandate(self._caller, body)
+        status = mandate.status_at(self._gateway.clock.now()).value
+        return {"mandate_id": mandate.mandate_id, "status": status, "approval_id": mandate.approval_id}
 
     async def watch_tools(
         self, on_change: OnChange, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
@@ -115,6 +124,18 @@ class RemoteBackend:
     async def result(self, invocation_id: str, wait: float) -> Invocation:
         with _reaching(self._client.url):
             return await self._client.result(invocation_id, wait)
+
+    async def request_mandate(self, body: dict[str, Any]) -> dict[str, Any]:
+        with _reaching(self._client.url):
+            return await self._client.request_mandate(
+                body["tools"],
+                max_calls=body["max_calls"],
+                expires_in_seconds=body["expires_in_seconds"],
+                purpose=body["purpose"],
+                constraints=body.get("constraints"),
+                per_day=body.get("per_day"),
+                any_agent="agent_id" in body,
+            )
 
     async def watch_tools(
         self, on_change: OnChange, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED

@@ -23,12 +23,13 @@ from tapgate.domain.events import APPROVAL_DECIDED
 from tapgate.domain.grant_requests import GRANT
 from tapgate.domain.inbox import Approval, ApprovalStatus, answers
 from tapgate.domain.invocations import Invocation, Status
+from tapgate.domain.mandates import MANDATE
 from tapgate.domain.passkeys import Relying
 from tapgate.domain.principals import Principal, Scope, TokenKind
 from tapgate.domain.text import check_display_text
 from tapgate.domain.vouching import DEVICE_PAIR
 from tapgate.ports import UnitOfWork
-from tapgate.services import console, passkeys
+from tapgate.services import console, mandates, passkeys
 from tapgate.services.context import Context, events_key, inbox_key, invocation_key, sleep_until_woken
 from tapgate.services.decisions import record_decision
 from tapgate.services.endings import announce
@@ -121,6 +122,7 @@ async def decide(
             raise Gone("This approval's window has passed; the call it was for has ended.")
         try:
             console.require_signature_for_login(approval, body.signature is not None)
+            mandates.require_signature(approval, body.signature is not None)
             verified_by = await passkeys.check_decision(
                 ctx, uow, relying or _NO_RP, caller, approval, body.decision, body.device_id, body.passkey
             )
@@ -155,6 +157,8 @@ async def decide(
                 )
             elif approval.kind == GRANT:
                 approval = await grant_decided(uow, caller, approval, body.decision, by, device_id, now)
+            elif approval.kind == MANDATE:
+                approval = await mandates.decided(uow, caller, approval, body.decision, by, device_id, now)
             else:
                 approval = await vouched(uow, caller, approval, body.decision, by, device_id, now)
     if refusal is not None:

@@ -1,5 +1,6 @@
-"""The expiry sweep: open invocations past their deadline resolve ``expired`` (tool.device_offline), and
-console sign-ins past theirs are deleted.
+"""The expiry sweep: open invocations past their deadline resolve ``expired`` (tool.device_offline),
+standing mandates past theirs are marked expired (``mandate.expired``), and console sign-ins past theirs
+are deleted.
 
 Readers expire what they find overdue themselves; the sweep catches the rest, at start-up and then on
 an interval, tenant by tenant (sign-ins once a minute: they live ten).
@@ -15,6 +16,7 @@ from tapgate import faults, tasks
 from tapgate.services.console import sweep_sign_ins
 from tapgate.services.context import Context
 from tapgate.services.endings import expire
+from tapgate.services.mandates import sweep_expired
 
 log = logging.getLogger(__name__)
 BATCH = 200
@@ -35,6 +37,8 @@ async def sweep(ctx: Context) -> int:
             count += len(due)
             if len(due) < BATCH:
                 break
+        while await sweep_expired(ctx, tenant_id, BATCH) == BATCH:  # announced, not counted as calls
+            pass
     return count
 
 

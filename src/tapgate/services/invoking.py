@@ -34,6 +34,7 @@ from tapgate.domain.invocations import (
     result_text,
     strings_in,
 )
+from tapgate.domain.mandates import COVERABLE_HINT
 from tapgate.domain.policy import PolicyDecision, PolicyRequest, Verdict, decide
 from tapgate.domain.principals import Principal, Scope, TokenKind
 from tapgate.domain.push import INVOCATION_PENDING
@@ -42,6 +43,7 @@ from tapgate.domain.sessions import Session, SessionKind
 from tapgate.domain.shown import TOO_LONG, TooLongToShow
 from tapgate.domain.tools import PHONE_ACTION, ToolName
 from tapgate.ports import UnitOfWork, Woken
+from tapgate.services import mandates
 from tapgate.services.asking import open_approval
 from tapgate.services.console import is_paused, is_paused_until
 from tapgate.services.context import (
@@ -88,6 +90,7 @@ class View:
     late_report: bool = False
     binding_code: str | None = None
     device_online: bool | None = None  # a live link or a push route exists (None: no device was found)
+    mandate_id: str | None = None  # the standing mandate it went under, without an approval
 
     def as_dict(self) -> dict[str, Any]:
         result = None
@@ -103,6 +106,7 @@ class View:
             "resolved_at": self.resolved_at.isoformat() if self.resolved_at else None,
             "binding_code": self.binding_code,
             "device_online": self.device_online,
+            "mandate_id": self.mandate_id,
         }
 
 
@@ -122,6 +126,7 @@ def view(invocation: Invocation, device_online: bool | None = None) -> View:
         late_report=invocation.late_status is not None,
         binding_code=invocation.binding_code,
         device_online=device_online,
+        mandate_id=invocation.mandate_id,
     )
 
 
@@ -328,10 +333,19 @@ async def _chain(
             device,
             capability.name,
         )
-    # 8. Ask: the person decides on a device, with a signature; the call waits for it.
+    # 8. Ask: the person decides on a device, with a signature; the call waits for it. A live mandate
+    # the person signed may answer for them instead, only for their own agent's calls (never a triage
+    # session's, a shadow run's, or a session's phone action), and only here: a block rule, an ungranted
+    # capability and the device's own on-screen step are past its reach.
     ask = decision.verdict is Verdict.ASK or capability.confirm
+    used = None
+    coverable = ask and origin == "owner" and not call.shadow and capability.name != PHONE_ACTIONS
+    if coverable:
+        await _check_paused_agent(uow, caller, device, capability, now)
+        used = await mandates.cover(uow, caller.user_id, caller.agent_id or "", call.tool, payload, now)
+        ask = used is None
     if ask or capability.name in CONFIRMED_ON_DEVICE:
-        await _check_fatigue(ctx, uow, caller, device, capability, now)
+        await _check_fatigue(ctx, uow, caller, device, capability, now, agent_checked=coverable)
     if ask:
         try:
             render_preview(capability, payload)
@@ -351,8 +365,13 @@ async def _chain(
         waiting = _new_invocation(
             ctx, caller, call, device, capability, payload, invocation_id, digest, now, origin
         )
-        if decision.verdict is Verdict.ASK:  # the agent reads which rule asks the person
-            waiting = replace(waiting, reason=f"[policy] {decision.reason}")
+        # the agent reads which rule asks the person, and that a mandate could spare them the next ask
+        why = (
+            f"[policy] {decision.reason}" if decision.verdict is Verdict.ASK else "[confirm] the device asks"
+        )
+        if origin == "owner" and capability.name != PHONE_ACTIONS:
+            why = f"{why}; {COVERABLE_HINT}"
+        waiting = replace(waiting, reason=why)
         opened = await open_approval(
             ctx, uow, caller, waiting, device, capability, approvers, decision.rule, now, decision.line
         )
@@ -361,17 +380,16 @@ async def _chain(
     invocation = _new_invocation(
         ctx, caller, call, device, capability, payload, invocation_id, digest, now, origin
     )
+    data = _audit_data(call, device.device_id, capability.name, decision.rule, decision.line)
+    if used is not None:
+        invocation = replace(invocation, mandate_id=used.mandate.mandate_id)
+        data["mandate_id"] = used.mandate.mandate_id
     await deliver(ctx, uow, invocation, device, now)
     await uow.journal.append(
-        AuditRecord(
-            "invocation.created",
-            caller.actor,
-            "pending",
-            subject=invocation_id,
-            data=_audit_data(call, device.device_id, capability.name, decision.rule, decision.line),
-        ),
-        now,
+        AuditRecord("invocation.created", caller.actor, "pending", subject=invocation_id, data=data), now
     )
+    if used is not None:
+        await mandates.record_use(uow, caller.actor, used, invocation_id, now)
     return invocation, online
 
 
@@ -502,10 +520,10 @@ def _checked_input(capability: Capability, arguments: dict[str, Any], device: De
         raise _deny(e.message, device, capability.name) from None
 
 
-async def _check_fatigue(
-    ctx: Context, uow: UnitOfWork, caller: Principal, device: Device, capability: Capability, now: datetime
+async def _check_paused_agent(
+    uow: UnitOfWork, caller: Principal, device: Device, capability: Capability, now: datetime
 ) -> None:
-    """Push fatigue (DESIGN §7.1): a paused agent asks nothing, and the person's open cards are capped."""
+    """A paused agent ("this wasn't me") is asked nothing, and no mandate answers for it either."""
     assert caller.user_id is not None
     until = await uow.pauses.paused_until(caller.user_id, caller.agent_id or "")
     if is_paused_until(until, now):
@@ -516,6 +534,21 @@ async def _check_fatigue(
             device,
             capability.name,
         )
+
+
+async def _check_fatigue(
+    ctx: Context,
+    uow: UnitOfWork,
+    caller: Principal,
+    device: Device,
+    capability: Capability,
+    now: datetime,
+    agent_checked: bool = False,
+) -> None:
+    """Push fatigue (DESIGN §7.1): a paused agent asks nothing, and the person's open cards are capped."""
+    assert caller.user_id is not None
+    if not agent_checked:
+        await _check_paused_agent(uow, caller, device, capability, now)
     waiting = await uow.approvals.count_pending(caller.user_id) + await uow.invocations.count_confirming(
         caller.user_id
     )

@@ -451,8 +451,48 @@ async function refresh() {
   if (!device || device.status !== "active") return;
   if (inbox) inbox.kick();
   flushAnswers();
+  loadMandates();
   const reply = await request("GET", "/v1/device/invocations", { token: device.token });
   if (reply.ok && reply.body) addInvocations(reply.body.invocations || []);
+}
+
+/** The person's live standing mandates, each with Revoke: a yes signed once, taken back here at once. */
+async function loadMandates() {
+  const reply = await request("GET", "/v1/mandates", { token: device.token });
+  if (!reply.ok || !reply.body) return;
+  const live = (reply.body.mandates || []).filter((m) => m.status === "active");
+  const list = $("mandates");
+  list.replaceChildren();
+  for (const mandate of live) list.append(mandateItem(mandate));
+  $("mandates-section").hidden = live.length === 0;
+}
+
+function mandateItem(mandate) {
+  const item = element("li", "recent-item mandate");
+  item.dataset.id = mandate.mandate_id;
+  const daily = mandate.per_day ? `, ${mandate.used_today} of ${mandate.per_day} today` : "";
+  const until = new Date(mandate.expires_at).toLocaleString([], { dateStyle: "medium", timeStyle: "short" });
+  const words =
+    `${mandate.agent_id || "Any of your agents"}: ${mandate.tools.join(", ")} (${mandate.purpose}). ` +
+    `Used ${mandate.used} of ${mandate.max_calls}${daily}; until ${until}.`;
+  item.append(element("span", "recent-text", words));
+  const revoke = element("button", "button danger revoke", "Revoke");
+  revoke.type = "button";
+  revoke.addEventListener("click", async () => {
+    revoke.disabled = true;
+    const path = `/v1/mandates/${encodeURIComponent(mandate.mandate_id)}`;
+    const reply = await request("DELETE", path, { token: device.token });
+    if (reply.ok) {
+      item.remove();
+      $("mandates-section").hidden = $("mandates").children.length === 0;
+      remember(`Standing permission revoked: ${mandate.purpose}`, "done");
+    } else {
+      revoke.disabled = false;
+      notify(errorMessage(reply, "The permission could not be revoked; try again."));
+    }
+  });
+  item.append(revoke);
+  return item;
 }
 
 function updateEmpty() {
@@ -797,6 +837,7 @@ async function decide(approval, entry, decision, notMe) {
     const reply = await request("POST", `/v1/approvals/${encodeURIComponent(approval.id)}`, { token: device.token, body });
     if (reply.ok) {
       removeCard(approvalCards, approval.id);
+      if (approval.kind === "mandate") loadMandates();
       const said = notMe ? "declined: this wasn't me (the assistant is paused)" : decision === "approved" ? "confirmed" : "declined";
       remember(`${entry.title}: ${said}`, decision === "approved" ? "done" : "declined");
       if (inbox) inbox.kick();

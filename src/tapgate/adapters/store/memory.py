@@ -21,6 +21,7 @@ from tapgate.domain.events import Event, EventValue
 from tapgate.domain.inbox import Approval, ApprovalStatus, erased_preview
 from tapgate.domain.ingest import Receipt, Triage
 from tapgate.domain.invocations import CONFIRMED_ON_DEVICE, Invocation, Status
+from tapgate.domain.mandates import Mandate, MandateStatus, utc_day
 from tapgate.domain.notices import NOTICE_EVENTS
 from tapgate.domain.pairing import Pairing
 from tapgate.domain.passkeys import Passkey
@@ -51,6 +52,7 @@ class _State:
     console_sessions: dict[tuple[str, str], ConsoleSession] = field(default_factory=dict)
     passkeys: dict[tuple[str, str], Passkey] = field(default_factory=dict)
     passkey_users: dict[tuple[str, str], bool] = field(default_factory=dict)
+    mandates: dict[tuple[str, str], Mandate] = field(default_factory=dict)
 
     def copy(self) -> _State:
         return _State(
@@ -74,6 +76,7 @@ class _State:
             dict(self.console_sessions),
             dict(self.passkeys),
             dict(self.passkey_users),
+            dict(self.mandates),
         )
 
 
@@ -124,6 +127,7 @@ class MemoryUnitOfWork:
         self.sign_ins = _SignIns(state, tenant_id)
         self.console_sessions = _ConsoleSessions(state, tenant_id)
         self.passkeys = _Passkeys(state, tenant_id)
+        self.mandates = _Mandates(state, tenant_id)
         self.keys: list[str] = []
         self.handed: dict[str, list[object]] = {}  # what hand(key, value) hands with each key
 
@@ -824,3 +828,57 @@ class _ConsoleSessions(_Repo):
         found = self.state.console_sessions.get(key)
         if found is not None and (found.last_used_at is None or found.last_used_at < at):
             self.state.console_sessions[key] = replace(found, last_used_at=at)
+
+
+class _Mandates(_Repo):
+    async def add(self, mandate: Mandate) -> None:
+        key = (self.tenant_id, mandate.mandate_id)
+        if key in self.state.mandates:
+            raise Conflict(f"Mandate {mandate.mandate_id!r} exists already.")
+        self.state.mandates[key] = mandate
+
+    async def get(self, mandate_id: str) -> Mandate | None:
+        return self.state.mandates.get((self.tenant_id, mandate_id))
+
+    async def list_for(self, user_id: str) -> Sequence[Mandate]:
+        found = [
+            m for (t, _), m in self.state.mandates.items() if t == self.tenant_id and m.user_id == user_id
+        ]
+        return sorted(found, key=lambda m: (m.created_at, m.mandate_id), reverse=True)
+
+    async def live_for(self, user_id: str, now: datetime) -> Sequence[Mandate]:
+        return [
+            m
+            for m in await self.list_for(user_id)
+            if m.status is MandateStatus.ACTIVE and m.expires_at > now and m.used < m.max_calls
+        ]
+
+    async def set_status(
+        self, mandate_id: str, was: MandateStatus, status: MandateStatus, at: datetime, by: str
+    ) -> bool:
+        found = self.state.mandates.get((self.tenant_id, mandate_id))
+        if found is None or found.status is not was:
+            return False
+        self.state.mandates[(self.tenant_id, mandate_id)] = replace(
+            found, status=status, decided_at=at, decided_by=by
+        )
+        return True
+
+    async def ended(self, now: datetime, limit: int) -> Sequence[Mandate]:
+        found = [
+            m
+            for (t, _), m in self.state.mandates.items()
+            if t == self.tenant_id and m.status is MandateStatus.ACTIVE and m.expires_at <= now
+        ]
+        return sorted(found, key=lambda m: (m.expires_at, m.mandate_id))[:limit]
+
+    async def take(self, mandate_id: str, now: datetime) -> int | None:
+        m = self.state.mandates.get((self.tenant_id, mandate_id))
+        if m is None or m.status is not MandateStatus.ACTIVE or m.expires_at <= now or m.used >= m.max_calls:
+            return None
+        today = m.used_on(now)
+        if m.per_day is not None and today >= m.per_day:
+            return None
+        taken = replace(m, used=m.used + 1, used_today=today + 1, day=utc_day(now))
+        self.state.mandates[(self.tenant_id, mandate_id)] = taken
+        return taken.used

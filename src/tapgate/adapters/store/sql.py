@@ -31,6 +31,7 @@ from tapgate.adapters.store.sql_calls import SqlApprovals, SqlIngests, SqlInvoca
 from tapgate.adapters.store.sql_console import SqlConsoleSessions, SqlSignIns
 from tapgate.adapters.store.sql_devices import SqlDevices, SqlPairings, SqlPasskeys
 from tapgate.adapters.store.sql_journal import ChainHead, KeptHeads, Notify, SqlEvents, SqlJournal
+from tapgate.adapters.store.sql_mandates import SqlMandates
 from tapgate.adapters.store.sql_outbox import SqlOutbox
 from tapgate.adapters.store.sqlite import SqliteDatabase
 from tapgate.adapters.store.urls import engine_url
@@ -394,6 +395,10 @@ class SqlUnitOfWork:
     @functools.cached_property
     def pauses(self) -> SqlPauses:
         return SqlPauses(self.conn, self.tenant_id)
+
+    @functools.cached_property
+    def mandates(self) -> SqlMandates:
+        return SqlMandates(self.conn, self.tenant_id)
 
     @functools.cached_property
     def ingests(self) -> SqlIngests:

@@ -133,6 +133,7 @@ def _invocation(r: Any) -> Invocation:
         reason=r.reason,
         binding_code=r.binding_code,
         approval_id=r.approval_id,
+        mandate_id=r.mandate_id,
     )
 
 
@@ -177,6 +178,7 @@ class SqlInvocations(Repo):
             "reason": i.reason,
             "binding_code": i.binding_code,
             "approval_id": i.approval_id,
+            "mandate_id": i.mandate_id,
         }
         await self._insert(
             t.invocations, row, f"Invocation {i.invocation_id!r} exists already.", DuplicateInvocation

@@ -270,6 +270,7 @@ invocations = Table(
     Column("reason", Text),  # why a call that waited for the person ended refused
     Column("binding_code", String(8)),
     Column("approval_id", String(40)),
+    Column("mandate_id", String(40)),  # the standing mandate that let it through without an approval
     ForeignKeyConstraint(
         ["tenant_id", "device_uid"], ["devices.tenant_id", "devices.device_uid"], ondelete="CASCADE"
     ),
@@ -507,6 +508,33 @@ passkey_users = Table(
     Column("user_id", String(40), primary_key=True),
     Column("required", Boolean, nullable=False),
     ForeignKeyConstraint(["tenant_id", "user_id"], ["users.tenant_id", "users.user_id"], ondelete="CASCADE"),
+)
+
+# Standing mandates: the person's signed bounds for calls an agent may make without asking each time.
+mandates = Table(
+    "mandates",
+    metadata,
+    Column("tenant_id", String(40), primary_key=True),
+    Column("mandate_id", String(40), primary_key=True),
+    Column("user_id", String(40), nullable=False),
+    Column("agent_id", String(40)),  # NULL: any agent of the user
+    Column("tools", Text, nullable=False),  # JSON list
+    Column("constraints", Text, nullable=False),  # JSON object
+    Column("max_calls", Integer, nullable=False),
+    Column("per_day", Integer),
+    Column("purpose", Text, nullable=False),
+    Column("created_at", UtcDateTime, nullable=False),
+    Column("expires_at", UtcDateTime, nullable=False),
+    Column("sign_until", UtcDateTime, nullable=False),
+    Column("status", String(20), nullable=False),
+    Column("approval_id", String(40)),
+    Column("used", Integer, nullable=False),
+    Column("used_today", Integer, nullable=False),
+    Column("day", String(10), nullable=False),
+    Column("decided_at", UtcDateTime),
+    Column("decided_by", String(200)),
+    ForeignKeyConstraint(["tenant_id", "user_id"], ["users.tenant_id", "users.user_id"], ondelete="CASCADE"),
+    Index("mandates_user", "tenant_id", "user_id", "status"),
 )
 
 TENANT_TABLES = tuple(t.name for t in metadata.sorted_tables)

@@ -54,6 +54,7 @@ _SAID = {
     "waiting for your approval or for a device to take them are refused now.",
     "resumed": "Agents may call again.",
     "session-ended": "That console session has ended.",
+    "mandate-revoked": "That standing mandate is revoked: no call goes under it any more.",
     "signed-out": "You are signed out.",
     "token-revoked": "The token was revoked: every request and stream of it is refused now.",
 }
@@ -528,6 +529,30 @@ async def pause(request: Request) -> Response:
         return _to(
             back if back.startswith("/console/") else "/console/devices", "paused" if paused else "resumed"
         )
+
+    return await _guard(request, run)
+
+
+# standing mandates
+
+
+@router.get("/console/mandates")
+async def mandates(request: Request) -> Response:
+    async def run() -> Response:
+        who = await visitor(request)
+        found = await gateway(request).list_mandates(who.principal)
+        return await _page(request, who, "mandates.html", "mandates", mandates=found)
+
+    return await _guard(request, run)
+
+
+@router.post("/console/mandates/{mandate_id}/revoke")
+async def mandate_revoke(request: Request, mandate_id: str) -> Response:
+    async def run() -> Response:
+        who = await visitor(request)
+        await form(request, who)
+        await gateway(request).revoke_mandate(who.principal, mandate_id)
+        return _to("/console/mandates", "mandate-revoked")
 
     return await _guard(request, run)
 

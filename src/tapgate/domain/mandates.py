@@ -1,0 +1,506 @@
+"""Standing mandates: the person's signed, bounded, revocable permission for an agent to make calls that
+would otherwise each need an approval.
+
+A mandate names exact tools, a constraint per parameter (``equals``, ``one_of``, ``matches``, ``max``,
+``max_length``), how many calls in all and per server UTC day, and a window of at most 30 days. It is
+live only once one of the person's approvers signed its ``mandate`` approval, whose action hash covers the
+mandate's canonical JSON and the card that states every bound in words.
+
+A ``matches`` constraint is a regular expression an agent wrote, so it is treated as hostile when the
+mandate is asked for: at most 200 characters; no backreference or look-around; no repeated group that
+itself repeats or alternates; at most one repetition unbounded or over 10; and at most 32 ways to match
+through its bounded repetitions and alternatives together. A value over 1,000 characters never matches
+(the person is asked). What is left is at worst quadratic in a bounded value: milliseconds.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any
+
+from tapgate.domain.approvals import canonical_json
+from tapgate.domain.devices import Capability, ParamType
+from tapgate.domain.errors import Conflict, InvalidInput, MalformedRequest
+from tapgate.domain.shown import PREVIEW_MAX, TooLongToShow, shown
+
+MANDATE = "mandate"  # the approval kind, its tool, and the capability in its action hash
+MAX_TOOLS = 16
+MAX_ONE_OF = 50
+MAX_PATTERN = 200
+MAX_CHOICES = 32  # the ways a pattern's bounded repetitions and alternatives multiply to
+MATCHED_MAX = 1000  # a longer value never matches: the person is asked
+MAX_CALLS = 1000
+MIN_WINDOW = 60
+MAX_WINDOW = 30 * 24 * 3600
+PURPOSE_MAX = 200
+OPERATORS = ("equals", "one_of", "matches", "max", "max_length")
+COVERABLE_HINT = (
+    "a standing mandate could cover calls like this one: ask the person for one (POST /v1/mandates)"
+)
+
+
+class MandateStatus(StrEnum):
+    AWAITING_SIGNATURE = "awaiting_signature"
+    ACTIVE = "active"
+    EXHAUSTED = "exhausted"
+    EXPIRED = "expired"
+    REVOKED = "revoked"
+    DENIED = "denied"
+
+
+# What the store keeps; exhausted, and expired until the sweep marks it, are read from the counts and clock.
+STORED = (
+    MandateStatus.AWAITING_SIGNATURE,
+    MandateStatus.ACTIVE,
+    MandateStatus.EXPIRED,  # once the expiry sweep announced it
+    MandateStatus.REVOKED,
+    MandateStatus.DENIED,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Bounds:
+    """What the agent asked for, checked: the part of a mandate the person signs."""
+
+    agent_id: str | None  # None: any agent of the user
+    tools: tuple[str, ...]
+    constraints: Mapping[str, Mapping[str, Any]]
+    max_calls: int
+    per_day: int | None
+    expires_in_seconds: int
+    purpose: str
+
+
+@dataclass(frozen=True, slots=True)
+class Mandate:
+    tenant_id: str
+    mandate_id: str
+    user_id: str
+    agent_id: str | None
+    tools: tuple[str, ...]
+    constraints: Mapping[str, Mapping[str, Any]]
+    max_calls: int
+    per_day: int | None
+    purpose: str
+    created_at: datetime
+    expires_at: datetime
+    sign_until: datetime  # its approval's window: unsigned by then, it is expired
+    status: MandateStatus = MandateStatus.AWAITING_SIGNATURE
+    approval_id: str | None = None
+    used: int = 0
+    used_today: int = 0
+    day: str = ""  # the server UTC day used_today counts
+    decided_at: datetime | None = None
+    decided_by: str | None = None
+
+    def status_at(self, now: datetime) -> MandateStatus:
+        """What the mandate is now: its stored state, with the clock and the counts read in."""
+        if self.status is MandateStatus.AWAITING_SIGNATURE and now >= self.sign_until:
+            return MandateStatus.EXPIRED
+        if self.status is not MandateStatus.ACTIVE:
+            return self.status
+        if now >= self.expires_at:
+            return MandateStatus.EXPIRED
+        if self.used >= self.max_calls:
+            return MandateStatus.EXHAUSTED
+        return MandateStatus.ACTIVE
+
+    def used_on(self, now: datetime) -> int:
+        """Calls made under it on ``now``'s server UTC day."""
+        return self.used_today if self.day == utc_day(now) else 0
+
+    def ended(self, status: MandateStatus, by: str, now: datetime) -> Mandate:
+        """Signed, denied or revoked. Raises Conflict when that is no longer possible."""
+        current = self.status_at(now)
+        if status is MandateStatus.REVOKED:
+            if current in (MandateStatus.REVOKED, MandateStatus.DENIED):
+                raise Conflict(f"This mandate is {current.value} already.")
+        elif current is not MandateStatus.AWAITING_SIGNATURE:
+            raise Conflict(f"This mandate is {current.value}; it can no longer be signed.")
+        return replace(self, status=status, decided_at=now, decided_by=by)
+
+    def as_dict(self, now: datetime) -> dict[str, Any]:
+        return {
+            "mandate_id": self.mandate_id,
+            "agent_id": self.agent_id,
+            "tools": list(self.tools),
+            "constraints": {k: dict(v) for k, v in self.constraints.items()},
+            "max_calls": self.max_calls,
+            "per_day": self.per_day,
+            "purpose": self.purpose,
+            "status": self.status_at(now).value,
+            "used": self.used,
+            "used_today": self.used_on(now),
+            "created_at": self.created_at.isoformat(),
+            "expires_at": self.expires_at.isoformat(),
+            "approval_id": self.approval_id,
+        }
+
+
+def utc_day(now: datetime) -> str:
+    """The server UTC day of ``now``, as ``YYYY-MM-DD``: what ``per_day`` counts by."""
+    return now.astimezone(UTC).date().isoformat()
+
+
+def _int(field: str, value: object, low: int, high: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise InvalidInput(field, f"{field} must be a whole number from {low} to {high}.")
+    return value
+
+
+class BoundsRefused(MalformedRequest):
+    """An asked-for mandate out of bounds (400): ``message`` says which and why."""
+
+    code = "invalid"
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+def check_bounds(body: Mapping[str, Any], tools: Mapping[str, Capability], agent_id: str | None) -> Bounds:
+    """The asked-for mandate, checked against ``tools`` (the user's tools by name, each with its
+    capability). ``agent_id`` is the agent it is for. Raises BoundsRefused with the reason for: an unknown
+    tool, a parameter a tool does not declare, a constraint of the wrong type for its parameter, a regex
+    that does not compile, is too long or could take exponential time, a count or window out of range."""
+    try:
+        return _check_bounds(body, tools, agent_id)
+    except BoundsRefused:
+        raise
+    except InvalidInput as e:
+        raise BoundsRefused(e.field, e.message) from None
+
+
+def _check_bounds(body: Mapping[str, Any], tools: Mapping[str, Capability], agent_id: str | None) -> Bounds:
+    known = {"agent_id", "tools", "constraints", "max_calls", "per_day", "expires_in_seconds", "purpose"}
+    for key in body:
+        if key not in known:
+            raise InvalidInput(key, f"{key} is not a field of a mandate.")
+    names = body.get("tools")
+    if not isinstance(names, list) or not 1 <= len(names) <= MAX_TOOLS:
+        raise InvalidInput("tools", f"tools must be a list of 1 to {MAX_TOOLS} tool names.")
+    if len(set(map(str, names))) != len(names):
+        raise InvalidInput("tools", "tools names a tool twice.")
+    for name in names:
+        if not isinstance(name, str) or name not in tools:
+            raise InvalidInput(
+                "tools", f"unknown tool: {str(name)[:80]!r} is not one of this person's tools."
+            )
+    raw = body.get("constraints") or {}
+    if not isinstance(raw, Mapping):
+        raise InvalidInput("constraints", "constraints must be an object of parameter: constraint.")
+    constraints = {param: _constraint(param, spec, [tools[n] for n in names]) for param, spec in raw.items()}
+    max_calls = _int("max_calls", body.get("max_calls"), 1, MAX_CALLS)
+    per_day = body.get("per_day")
+    if per_day is not None:
+        per_day = _int("per_day", per_day, 1, max_calls)
+    window = _int("expires_in_seconds", body.get("expires_in_seconds"), MIN_WINDOW, MAX_WINDOW)
+    purpose = body.get("purpose")
+    if not isinstance(purpose, str) or not purpose.strip() or len(purpose) > PURPOSE_MAX:
+        raise InvalidInput("purpose", f"purpose must be text of 1 to {PURPOSE_MAX} characters: why.")
+    return Bounds(agent_id, tuple(names), constraints, max_calls, per_day, window, purpose.strip())
+
+
+def _constraint(param: str, spec: object, capabilities: Sequence[Capability]) -> dict[str, Any]:
+    types = set()
+    for capability in capabilities:
+        declared = {p.name: p for p in capability.params}.get(param)
+        if declared is None:
+            raise InvalidInput(
+                "constraints",
+                f"{param!r} is not a parameter of {capability.name}: every tool must declare it.",
+            )
+        types.add(declared.type)
+    if not isinstance(spec, Mapping) or len(spec) != 1 or next(iter(spec)) not in OPERATORS:
+        raise InvalidInput(
+            "constraints", f"the constraint on {param!r} must be one of {{{', '.join(OPERATORS)}}}."
+        )
+    op, value = next(iter(spec.items()))
+    text = types <= {ParamType.STRING, ParamType.ENUM}
+    numeric = types <= {ParamType.NUMBER, ParamType.INTEGER}
+    wrong = InvalidInput(
+        "constraints", f"{op} does not fit the {'/'.join(sorted(types))} parameter {param!r}."
+    )
+    if op == "equals":
+        _check_value(param, value, types, wrong)
+    elif op == "one_of":
+        if not isinstance(value, list) or not 1 <= len(value) <= MAX_ONE_OF:
+            raise InvalidInput("constraints", f"one_of on {param!r} must list 1 to {MAX_ONE_OF} values.")
+        for item in value:
+            _check_value(param, item, types, wrong)
+    elif op == "matches":
+        if not text:
+            raise wrong
+        compile_pattern(param, value)
+    elif op == "max":
+        if not numeric or isinstance(value, bool) or not isinstance(value, int | float):
+            raise wrong
+        if not math.isfinite(value):
+            raise InvalidInput("constraints", f"max on {param!r} must be a finite number.")
+    else:
+        if not text:
+            raise wrong
+        _int("constraints", value, 0, 10_000)
+    return {op: value}
+
+
+def _check_value(param: str, value: object, types: set[ParamType], wrong: InvalidInput) -> None:
+    if types <= {ParamType.STRING, ParamType.ENUM}:
+        ok = isinstance(value, str) and len(value) <= 1000
+    elif types == {ParamType.BOOLEAN}:
+        ok = isinstance(value, bool)
+    elif types == {ParamType.INTEGER}:
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    elif types <= {ParamType.NUMBER, ParamType.INTEGER}:
+        ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    else:
+        ok = False
+    if not ok:
+        raise wrong
+
+
+_QUANTIFIER = re.compile(r"[*+?]|\{\d*,?\d*\}")
+
+
+def compile_pattern(param: str, pattern: object) -> re.Pattern[str]:
+    """A ``matches`` pattern, compiled. Raises InvalidInput for one that is not text, is over 200
+    characters, does not compile, or has a construct that can backtrack exponentially."""
+    if not isinstance(pattern, str) or not pattern:
+        raise InvalidInput("constraints", f"matches on {param!r} must be a regular expression.")
+    if len(pattern) > MAX_PATTERN:
+        raise InvalidInput("constraints", f"matches on {param!r} is over {MAX_PATTERN} characters.")
+    try:
+        compiled = re.compile(pattern)
+    except re.error as e:
+        raise InvalidInput("constraints", f"matches on {param!r} does not compile: {e.msg}.") from None
+    except (OverflowError, RecursionError):
+        raise InvalidInput("constraints", f"matches on {param!r} repeats or nests too much.") from None
+    reason = _risky(pattern)
+    if reason:
+        raise InvalidInput("constraints", f"matches on {param!r} is refused: {reason}.")
+    return compiled
+
+
+def _risky(pattern: str) -> str | None:
+    """Why ``pattern`` could take exponential time, or None. Conservative: a repeated group that itself
+    holds a repetition or an alternation is refused, as are backreferences and look-arounds."""
+    if re.search(r"\\[1-9]|\(\?P=|\(\?<?[=!]", pattern):
+        return "backreferences and look-arounds are not allowed"
+    stack: list[bool] = [False]  # per open group: does it hold a repetition or alternation
+    choices, large = 1, 0
+    i = 0
+    while i < len(pattern):
+        ch = pattern[i]
+        if ch == "\\":
+            i += 2
+            continue
+        if ch == "[":  # a class: skip to its end
+            j = i + 1
+            if j < len(pattern) and pattern[j] == "^":
+                j += 1
+            if j < len(pattern) and pattern[j] == "]":
+                j += 1
+            while j < len(pattern) and pattern[j] != "]":
+                j += 2 if pattern[j] == "\\" else 1
+            i = j + 1
+            continue
+        if ch == "(":
+            j = _group_body(pattern, i)
+            if j < 0:  # an inline flags group such as (?i): no group opens
+                i = -j
+                continue
+            stack.append(False)
+            i = j
+            continue
+        if ch == ")":
+            inner = stack.pop() if len(stack) > 1 else False
+            after = _QUANTIFIER.match(pattern, i + 1)
+            if after and inner:
+                return "a repeated group may not itself repeat or alternate"
+            if after:
+                choices *= _branching(after.group(0))
+                large += _large(after.group(0))
+                stack[-1] = True
+                i = after.end()
+                continue
+            if inner or after:
+                stack[-1] = True
+        elif ch == "|" or _QUANTIFIER.match(pattern, i):
+            stack[-1] = True
+            quantifier = _QUANTIFIER.match(pattern, i)
+            choices *= _branching(quantifier.group(0) if quantifier else "?")
+            if quantifier and _large(quantifier.group(0)):
+                large += 1
+            i = quantifier.end() if quantifier else i + 1
+            continue
+        i += 1
+    if large > 1:
+        return "at most one repetition may be unbounded or over 10 (write {m,n} with n up to 10)"
+    if choices > MAX_CHOICES:
+        return "its repetitions and alternatives together allow too many ways to match: simplify it"
+    return None
+
+
+def _branching(quantifier: str) -> int:
+    """How many ways a quantifier (or, for ``?``, an alternative) lets the matcher try; 1 for the one
+    large repetition allowed."""
+    if _large(quantifier):
+        return 1
+    if quantifier == "?":
+        return 2
+    low, comma, high = quantifier[1:-1].partition(",")
+    return 1 + (int(high or low) - int(low or 0)) if comma else 1
+
+
+def _large(quantifier: str) -> bool:
+    if quantifier in ("*", "+"):
+        return True
+    if quantifier == "?":
+        return False
+    low, _, high = quantifier[1:-1].partition(",")
+    if not _:
+        high = low
+    return not high or int(high) > 10
+
+
+def _group_body(pattern: str, i: int) -> int:
+    """Where the body of the group opening at ``i`` starts; minus the index after an inline flags group."""
+    if not pattern.startswith("(?", i):
+        return i + 1
+    if pattern.startswith("(?P<", i):
+        return pattern.index(">", i) + 1
+    j = i + 2
+    while j < len(pattern) and (pattern[j].isalpha() or pattern[j] == "-"):
+        j += 1
+    if j < len(pattern) and pattern[j] == ":":
+        return j + 1
+    return -(j + 1)
+
+
+def canonical(mandate: Mandate) -> dict[str, Any]:
+    """The mandate's signed content, as canonical-JSON-ready data (its hash is the action's)."""
+    return {
+        "mandate_id": mandate.mandate_id,
+        "user_id": mandate.user_id,
+        "agent_id": mandate.agent_id,
+        "tools": list(mandate.tools),
+        "constraints": {k: dict(v) for k, v in mandate.constraints.items()},
+        "max_calls": mandate.max_calls,
+        "per_day": mandate.per_day,
+        "expires_at": int(mandate.expires_at.timestamp()),
+        "purpose": mandate.purpose,
+    }
+
+
+def canonical_bytes(mandate: Mandate) -> bytes:
+    return canonical_json(canonical(mandate))
+
+
+def _tool_words(name: str, tools: Mapping[str, tuple[str, Capability]]) -> str:
+    device, capability = tools[name]
+    what = "send SMS" if capability.name == "sms_send" else f"use {capability.name}"
+    return f"{what} on {device}"
+
+
+def _constraint_words(param: str, spec: Mapping[str, Any]) -> str:
+    op, value = next(iter(spec.items()))
+    if op == "equals":
+        return f"{param} exactly {value!r}" if isinstance(value, str) else f"{param} exactly {value}"
+    if op == "one_of":
+        items = [repr(v) if isinstance(v, str) else str(v) for v in value]
+        return f"{param} one of {', '.join(items)}"
+    if op == "matches":
+        return f"{param} matching the pattern {value}"
+    if op == "max":
+        return f"{param} at most {value}"
+    return f"{param} at most {value} characters long"
+
+
+def summary(mandate: Mandate, tools: Mapping[str, tuple[str, Capability]]) -> str:
+    """Every bound in one sentence: who, which tools, which values, how many, until when, why."""
+    who = mandate.agent_id or "Any of your agents"
+    what = " and ".join(_tool_words(n, tools) for n in mandate.tools)
+    values = "; ".join(_constraint_words(p, s) for p, s in mandate.constraints.items())
+    counts = f"at most {mandate.max_calls} in all"
+    if mandate.per_day is not None:
+        counts = f"at most {mandate.per_day} a day and {mandate.max_calls} in all"
+    until = mandate.expires_at.strftime("%d %b %Y %H:%M UTC")
+    return (
+        f"{who} may {what}{f' with {values}' if values else ''}, {counts}, until {until}, "
+        f"without asking you each time — purpose: {mandate.purpose}"
+    )
+
+
+def preview(mandate: Mandate, tools: Mapping[str, tuple[str, Capability]]) -> dict[str, Any]:
+    """``{kind, fields}`` like every approval's preview, one bound a field. ``tools`` maps each tool to
+    its device's name and capability. Raises TooLongToShow for bounds too long to show the person."""
+    fields = [
+        ("Mandate", summary(mandate, tools)),
+        ("Agent", mandate.agent_id or "any of your agents"),
+        ("Tools", "; ".join(f"{_tool_words(n, tools)} ({n})" for n in mandate.tools)),
+        (
+            "Values",
+            "; ".join(_constraint_words(p, s) for p, s in mandate.constraints.items()) or "any values",
+        ),
+        ("Calls in all", str(mandate.max_calls)),
+        ("Calls a day", "no daily limit" if mandate.per_day is None else str(mandate.per_day)),
+        ("Until", mandate.expires_at.strftime("%d %b %Y %H:%M UTC")),
+        ("Purpose", mandate.purpose),
+    ]
+    rendered = [{"label": label, "value": shown(value)} for label, value in fields]
+    if sum(len(f["value"]) for f in rendered) > PREVIEW_MAX:
+        raise TooLongToShow()
+    return {"kind": MANDATE, "fields": rendered}
+
+
+def holds(spec: Mapping[str, Any], present: bool, value: object) -> bool:
+    """Whether one constraint holds on an argument (absent: it does not)."""
+    if not present:
+        return False
+    op, bound = next(iter(spec.items()))
+    if op == "equals":
+        return (type(value) is type(bound) and value == bound) or _same_number(value, bound)
+    if op == "one_of":
+        return any((type(value) is type(b) and value == b) or _same_number(value, b) for b in bound)
+    if op == "matches":
+        return isinstance(value, str) and len(value) <= MATCHED_MAX and re.search(bound, value) is not None
+    if op == "max":
+        return isinstance(value, int | float) and not isinstance(value, bool) and value <= bound
+    return isinstance(value, str) and len(value) <= bound
+
+
+def _same_number(a: object, b: object) -> bool:
+    numbers = int | float
+    return (
+        isinstance(a, numbers)
+        and isinstance(b, numbers)
+        and not isinstance(a, bool)
+        and not isinstance(b, bool)
+    ) and a == b
+
+
+def covers(mandate: Mandate, agent_id: str, tool: str, arguments: Mapping[str, Any], now: datetime) -> bool:
+    """Whether ``mandate`` lets this call through without an approval: live, for this agent (or any),
+    the tool listed, every constraint holding on the arguments, a call left in all and today."""
+    if mandate.status_at(now) is not MandateStatus.ACTIVE:
+        return False
+    if mandate.agent_id is not None and mandate.agent_id != agent_id:
+        return False
+    if tool not in mandate.tools:
+        return False
+    if mandate.per_day is not None and mandate.used_on(now) >= mandate.per_day:
+        return False
+    return all(holds(spec, p in arguments, arguments.get(p)) for p, spec in mandate.constraints.items())
+
+
+def first_covering(
+    mandates: Sequence[Mandate], agent_id: str, tool: str, arguments: Mapping[str, Any], now: datetime
+) -> list[Mandate]:
+    """The mandates covering the call, the one expiring first first."""
+    found = [m for m in mandates if covers(m, agent_id, tool, arguments, now)]
+    return sorted(found, key=lambda m: (m.expires_at, m.mandate_id))
