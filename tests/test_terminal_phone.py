@@ -1040,12 +1040,28 @@ async def test_the_prompts_show_their_key_letters(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setattr("sys.stdin", io.StringIO("y\na\n"))
     call = Call("inv_1", "device__ana_lamp__set_light", SET_LIGHT, {"on": True})
     assert await ask.call(call) is Answer.DONE
-    request = Request.read({"id": "apr_1", "kind": "unplug", "subject": "ana-lamp", "prompt": "Unplug?"})
+    asked = {"id": "apr_1", "kind": "unplug", "subject": "ana-lamp", "prompt": "Unplug?", "agent_asks": True}
+    request = Request.read(asked)
     assert request is not None
     assert (await ask.approval(request)) == Verdict(Decision.APPROVED)
     shown = console.export_text()
     assert "[y]es, [n]o (decline), [f]ailed" in shown
     assert "[a]pprove, [d]eny, or [w] this wasn't me" in shown
+
+
+async def test_this_wasnt_me_is_offered_only_where_an_agent_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tapgate.device.prompts import Ask
+
+    console = Console(file=io.StringIO(), record=True, width=200)
+    monkeypatch.setattr("sys.stdin", io.StringIO("w\nd\n\n"))
+    pairing = Request.read(
+        {"id": "apr_2", "kind": "device_pair", "subject": "tablet", "prompt": "Let it in?"}
+    )
+    assert pairing is not None
+    assert (await Ask(console).approval(pairing)) == Verdict(Decision.DENIED)  # "w" is not a key here
+    shown = console.export_text()
+    assert "Decide: [a]pprove or [d]eny" in shown
+    assert "wasn't me" not in shown
 
 
 def test_run_never_says_connected_for_a_revoked_device(

@@ -400,6 +400,10 @@ def token_create(
     user: Annotated[str | None, typer.Option(help="The user the token acts for (user and agent).")] = None,
     scope: Annotated[list[str] | None, typer.Option(help="A scope; repeat for more (default: all).")] = None,
     agent_id: Annotated[str | None, typer.Option(help="The agent's id (agent tokens).")] = None,
+    agent_name: Annotated[
+        str | None,
+        typer.Option(help='Who asks, on approval cards (agent tokens; default "your assistant").'),
+    ] = None,
     expires_in: Annotated[
         int | None, typer.Option("--expires-in", help="Seconds until it stops working (default: never).")
     ] = None,
@@ -423,7 +427,13 @@ def token_create(
                 return (await gateway.create_operator_token(tenant, expires_in)).token
             assert user is not None
             new = await gateway.create_token(
-                _operator(tenant), user, TokenKind(kind), scope, agent_id, expires_in_seconds=expires_in
+                _operator(tenant),
+                user,
+                TokenKind(kind),
+                scope,
+                agent_id,
+                expires_in_seconds=expires_in,
+                agent_name=agent_name,
             )
             return new.token
         finally:

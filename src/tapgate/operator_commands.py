@@ -42,8 +42,8 @@ def register(app: typer.Typer, device_app: typer.Typer) -> None:
     """Add these commands to ``tapgate`` and, beside the terminal phone's, to ``tapgate device``."""
     app.add_typer(user_app, name="user")
     device_app.info.help = (
-        "The terminal phone (keygen, enrol, pair, run, decide, vectors), and the operator's list, grant and "
-        "revoke of a person's devices."
+        "The terminal phone (keygen, enrol, pair, run, decide, login, vectors), and the operator's list, "
+        "grant and revoke of a person's devices."
     )
     device_app.command("list")(device_list)
     device_app.command("revoke")(device_revoke)

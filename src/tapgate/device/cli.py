@@ -35,7 +35,7 @@ from tapgate.dropped import RetryDropped
 __all__ = ["device_app"]
 
 device_app = typer.Typer(
-    help="The terminal phone: keys, enrol, pair, run, decide, vectors.",
+    help="The terminal phone: keys, enrol, pair, run, decide, login, vectors.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
 )

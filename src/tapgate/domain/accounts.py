@@ -7,6 +7,8 @@ from datetime import datetime
 
 from tapgate.domain.principals import Principal, Scope, TokenKind
 
+AGENT_NAME_MAX = 40  # characters of an agent's name on the person's cards
+
 
 @dataclass(frozen=True, slots=True)
 class Tenant:
@@ -41,6 +43,7 @@ class Credential:
     expires_at: datetime | None = None
     last_used_at: datetime | None = None
     console_session_id: str | None = None  # an agent token made in the console: the session that made it
+    agent_name: str | None = None  # an agent token: who asks, as the person's cards name it
 
     def live(self, now: datetime) -> bool:
         """Neither revoked nor past its expiry at ``now``."""
@@ -57,6 +60,7 @@ class Credential:
             device_uid=self.device_uid,
             require_device_signature=self.require_device_signature,
             expires_at=self.expires_at,
+            agent_name=self.agent_name,
         )
 
 

@@ -22,7 +22,7 @@ from tapgate.domain.console import PAUSED_REASON
 from tapgate.domain.devices import PHONE_ACTIONS, SMS_SEND, Capability, Device, DeviceStatus
 from tapgate.domain.errors import Conflict, InvalidInput, NotFound
 from tapgate.domain.ids import new_id
-from tapgate.domain.inbox import may_answer, render_preview
+from tapgate.domain.inbox import may_answer, render_preview, why_asked
 from tapgate.domain.invocations import (
     CONFIRMED_ON_DEVICE,
     TRUST,
@@ -353,8 +353,9 @@ async def _chain(
         )
         if decision.verdict is Verdict.ASK:  # the agent reads which rule asks the person
             waiting = replace(waiting, reason=f"[policy] {decision.reason}")
+        why = why_asked(decision.verdict is Verdict.ASK, decision.message)
         opened = await open_approval(
-            ctx, uow, caller, waiting, device, capability, approvers, decision.rule, now, decision.line
+            ctx, uow, caller, waiting, device, capability, approvers, decision.rule, now, decision.line, why
         )
         return opened, online
     # 10. Deliver: the pending row, its journal entry and its wake-up, in one transaction.

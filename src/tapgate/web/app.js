@@ -83,6 +83,15 @@ function element(tag, className, text) {
   return node;
 }
 
+function textOf(value) {
+  return typeof value === "string" ? value : "";
+}
+
+function showLine(box, slot, value) {
+  slot.textContent = textOf(value);
+  box.hidden = !textOf(value);
+}
+
 function fillFields(list, fields) {
   list.replaceChildren();
   for (const { label, value } of fields) {
@@ -749,14 +758,21 @@ function addApproval(approval) {
   if (approvalCards.has(approval.id)) return;
   const card = cardFrom("approval-card");
   card.dataset.id = approval.id;
-  const title = CARD_TITLES.get(approval.kind) || humanize(approval.kind);
+  const shown = approval.preview || {};
+  const title = CARD_TITLES.get(approval.kind) || textOf(shown.title) || humanize(approval.kind);
   card.querySelector(".card-title").textContent = title;
   card.querySelector(".card-summary").textContent = approval.prompt;
-  const preview = approval.preview && Array.isArray(approval.preview.fields) ? approval.preview.fields : [];
+  showLine(card.querySelector(".card-description"), card.querySelector(".card-description"), shown.description);
+  showLine(card.querySelector(".card-why"), card.querySelector(".why-text"), shown.why);
+  const preview = Array.isArray(shown.fields) ? shown.fields : [];
   fillFields(card.querySelector(".fields"), preview.map((f) => ({ label: String(f.label), value: String(f.value) })));
   showBinding(card, approval.binding_code);
   const until = clock(approval.expires_at);
-  card.querySelector(".card-expiry").textContent = until ? `Answer by ${until}` : "";
+  card.querySelector(".card-expiry").textContent = until ? `answer by ${until}` : "";
+  // "This wasn't me" pauses the agent that asked: only a card an agent's call waits on offers it.
+  const agentAsks = approval.agent_asks === true;
+  card.querySelector(".not-me").hidden = !agentAsks;
+  card.querySelector(".not-me-hint").hidden = !agentAsks;
   const entry = { card, title, added: performance.now(), timer: 0, busy: false };
   card.querySelector(".confirm").addEventListener("click", () => decide(approval, entry, "approved", false));
   card.querySelector(".decline").addEventListener("click", () => decide(approval, entry, "denied", false));
