@@ -48,6 +48,8 @@ function show(screen) {
   for (const section of document.querySelectorAll(".screen")) section.hidden = section.id !== `screen-${screen}`;
 }
 
+const SIGN_IN_NOTICE = "Sign in to the console? Check that the code below is the one the console shows, then approve.";
+
 function notify(text) {
   const notice = $("notice");
   notice.textContent = text || "";
@@ -156,7 +158,8 @@ async function askConsoleSignIn() {
   }
   const reply = await request("POST", `/v1/console/sign-ins/${signIn}/ask`, { token: device.token });
   if (reply.ok) {
-    notify("Sign in to the console? Check that the code below is the one the console shows, then approve.");
+    // Until its card arrives: the card says the same and more (it may be here already, by the link).
+    if (![...approvalCards.values()].some((entry) => entry.kind === "console_login")) notify(SIGN_IN_NOTICE);
     wake();
   } else {
     notify(errorMessage(reply, "The console sign-in could not be opened; reload the console and scan again."));
@@ -756,6 +759,8 @@ const CARD_TITLES = new Map([["device_pair", "New device"], ["grant", "A device 
 
 function addApproval(approval) {
   if (approvalCards.has(approval.id)) return;
+  // The sign-in's own card says the same and more: the notice that announced it goes once it is here.
+  if (approval.kind === "console_login" && $("notice").textContent === SIGN_IN_NOTICE) notify("");
   const card = cardFrom("approval-card");
   card.dataset.id = approval.id;
   const shown = approval.preview || {};
@@ -773,7 +778,7 @@ function addApproval(approval) {
   const agentAsks = approval.agent_asks === true;
   card.querySelector(".not-me").hidden = !agentAsks;
   card.querySelector(".not-me-hint").hidden = !agentAsks;
-  const entry = { card, title, added: performance.now(), timer: 0, busy: false };
+  const entry = { card, title, kind: approval.kind, added: performance.now(), timer: 0, busy: false };
   card.querySelector(".confirm").addEventListener("click", () => decide(approval, entry, "approved", false));
   card.querySelector(".decline").addEventListener("click", () => decide(approval, entry, "denied", false));
   card.querySelector(".not-me").addEventListener("click", () => decide(approval, entry, "denied", true));
