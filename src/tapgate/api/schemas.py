@@ -219,7 +219,12 @@ class Paired(BaseModel):
 
 
 class Consent(Request):
-    comparison_code: str = Field("", max_length=6, pattern=r"^([0-9]{6})?$", description="Needed to approve")
+    comparison_code: str = Field(
+        "",
+        max_length=7,
+        pattern=r"^([0-9]{3} ?[0-9]{3})?$",
+        description="Needed to approve: six digits, with or without the space they are shown with",
+    )
     approved: bool
     grants: GrantsField = None
 

@@ -40,7 +40,7 @@ from tapgate.domain.push import INVOCATION_PENDING
 from tapgate.domain.secret_scan import SecretRefused, check_outbound
 from tapgate.domain.sessions import Session, SessionKind
 from tapgate.domain.shown import TOO_LONG, TooLongToShow
-from tapgate.domain.tools import PHONE_ACTION, ToolName
+from tapgate.domain.tools import PHONE_ACTION, ToolName, meant
 from tapgate.ports import UnitOfWork, Woken
 from tapgate.services.asking import open_approval
 from tapgate.services.console import is_paused, is_paused_until
@@ -463,16 +463,30 @@ async def _resolve(
         assert declared is not None
         return device, declared.capability
     if name is None:
-        raise _deny("unknown tool")
+        raise await _unknown(uow, user_id, call.tool)
     if found is None:
         if await uow.devices.ever(user_id, name.device_id):
             raise _deny(f"device revoked: the person removed {name.device_id}; its tools are gone")
-        raise _deny("unknown tool")
+        raise await _unknown(uow, user_id, call.tool)
     _usable(found)
     declared = found.declared(name.capability)
     if declared is None or not declared.capability.device_tool:  # phone_actions, approvals: never tools
-        raise _deny("unknown tool")
+        raise await _unknown(uow, user_id, call.tool)
     return found, declared.capability
+
+
+async def _unknown(uow: UnitOfWork, user_id: str, tool: str) -> _Refusal:
+    """``unknown tool``, with the tool of this person's the name is most likely a typo of: only tools
+    this agent may list itself (another person's never)."""
+    names = [
+        str(ToolName(device.device_id, capability.name))
+        for device in await uow.devices.list(user_id)
+        if device.status is DeviceStatus.ACTIVE
+        for capability in device.granted()
+        if capability.device_tool
+    ]
+    guess = meant(tool, names)
+    return _deny(f"unknown tool; did you mean {guess}?" if guess else "unknown tool")
 
 
 def _usable(device: Device) -> None:
