@@ -792,7 +792,20 @@ def _explained_lines(explained: Any) -> list[str]:
     return lines
 
 
+def _flags_show_no_type() -> None:
+    """A flag takes no value, so its help line shows none (typer would write ``<bool>`` beside it)."""
+    from typer.core import TyperOption
+
+    shown = TyperOption.display_type_rich
+
+    def display_type_rich(self: TyperOption, ctx: Any) -> str | None:
+        return None if self.is_flag else shown(self, ctx)
+
+    setattr(TyperOption, "display_type_rich", display_type_rich)  # noqa: B010 (mypy: no method assignment)
+
+
 def main() -> None:
+    _flags_show_no_type()
     try:
         app()
     except KeyboardInterrupt:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -73,9 +74,8 @@ async def create_operator_token(
     now = clock.now()
     expires_at = expiry(now, expires_in_seconds)
     issued = issue_token(TokenKind.OPERATOR, tenant_id)
+    await _tenant_exists(store, tenant_id)
     async with store.unit_of_work(tenant_id) as uow:
-        if await uow.tenants.get() is None:
-            raise NotFound(f"There is no tenant {tenant_id!r}; create it with 'tapgate tenant create'.")
         await uow.credentials.add(
             Credential(
                 tenant_id,
@@ -169,9 +169,13 @@ async def create_token(
     now = clock.now()
     expires_at = expiry(now, expires_in_seconds)
     issued = issue_token(kind, caller.tenant_id)
+    await _tenant_exists(store, caller.tenant_id)
     async with store.unit_of_work(caller.tenant_id) as uow:
         if await uow.users.get(user_id) is None:
-            raise NotFound(f"There is no user {user_id!r}; create it with POST /v1/users first.")
+            raise NotFound(
+                f"There is no user {user_id!r} in tenant {caller.tenant_id!r}; add them first with "
+                f"'tapgate user add --tenant {caller.tenant_id} {user_id}' (or POST /v1/users)."
+            )
         await uow.credentials.add(
             Credential(
                 caller.tenant_id,
@@ -201,6 +205,16 @@ async def create_token(
             now,
         )
     return NewToken(issued.token, kind, granted, issued.credential_id, expires_at)
+
+
+async def _tenant_exists(store: Store, tenant_id: str) -> None:
+    """Raise NotFound, naming the tenant ``tenant_id`` is most likely a typo of, unless it exists."""
+    async with store.unit_of_work(tenant_id) as uow:
+        if await uow.tenants.get() is not None:
+            return
+    close = difflib.get_close_matches(tenant_id, list(await store.tenant_ids()), n=1, cutoff=0.6)
+    hint = f"did you mean {close[0]!r}?" if close else "create it with 'tapgate tenant create'."
+    raise NotFound(f"There is no tenant {tenant_id!r}; {hint}")
 
 
 def _agent_name(name: str | None) -> str | None:
