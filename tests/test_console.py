@@ -8,6 +8,7 @@ import time
 from collections.abc import AsyncIterator
 from datetime import timedelta
 from typing import Any
+from urllib.parse import urljoin
 
 import httpx
 import pytest
@@ -217,6 +218,15 @@ async def test_every_page_needs_a_session_and_carries_the_strict_policy(ana: Per
         policy = r.headers["content-security-policy"]
         assert "script-src 'self'" in policy and "form-action 'self'" in policy
         assert "<script>" not in r.text and " on" + "click=" not in r.text
+
+
+async def test_the_console_and_the_app_name_an_icon_that_is_there(ana: Person) -> None:
+    for page in ("/console/sign-in?tenant=acme", "/app/"):
+        r = await ana.client.get(page)
+        icon = re.search(r'<link rel="icon" href="([^"]+)"', r.text)
+        assert icon is not None, page
+        shown = await ana.client.get(urljoin(page, icon.group(1)))
+        assert shown.status_code == 200 and shown.headers["content-type"] == "image/png", page
 
 
 async def test_a_form_without_its_csrf_token_changes_nothing(ana: Person) -> None:
