@@ -189,7 +189,7 @@ def served_at(url: str | None, config: str | None) -> str:
     if not _listening(public_url):
         raise _fail(
             f"Nothing answers at {public_url}: start 'tapgate serve', or pass --url with the address it "
-            "listens on (e.g. --url http://127.0.0.1:18231)."
+            "listens on (its --host and --port)."
         )
     return public_url
 

@@ -25,6 +25,7 @@ from tapgate.device.keyfile import KeyFileError, generate_key, public_key_base64
 from tapgate.device.manifest import APPROVALS, ManifestError, device_body, read_capabilities
 from tapgate.device.phone import Answer, Link, Phone
 from tapgate.device.prompts import Ask, always, always_decide
+from tapgate.device.reaching import unreachable
 from tapgate.device.signing import CannotSign, decision_body
 from tapgate.device.state import DEFAULT_STATE, PhoneState, StateError, parse_pairing_link
 from tapgate.domain.approvals import Decision, PrivateKey
@@ -131,7 +132,7 @@ def _request(method: str, url: str, ca_file: Path | None = None, **kwargs: Any) 
     try:
         return httpx.request(method, url, timeout=TIMEOUT, verify=_trust(ca_file), **kwargs)
     except httpx.TransportError as e:
-        _fail(f"The gateway at {url} cannot be reached ({type(e).__name__}); check the URL and that it runs.")
+        _fail(unreachable(url, e))
 
 
 @device_app.command()
