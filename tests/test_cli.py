@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import re
 import signal
 import socket
 import subprocess
@@ -163,6 +164,12 @@ def test_the_demo_runs_to_its_end() -> None:
     assert run.returncode == 0, run.stdout + run.stderr
     assert "Every step did what it says." in run.stdout
     assert "require_user_verification" in run.stdout  # the story mentions passkeys (DESIGN §22)
+    # Each step is one line, however long: a link is never cut in two by the output's width.
+    [printed] = [line for line in run.stdout.splitlines() if "tapgate console link prints" in line]
+    assert re.search(r"https?://\S+/console/link\S*$", printed), printed
+    # and the end names no spent link
+    ending = run.stdout.split("Every step did what it says.", 1)[1]
+    assert "/console/link" not in ending and "tapgate console link --tenant default" in ending
 
 
 def test_help_shows_no_type_beside_a_flag_and_the_device_group_names_login() -> None:
