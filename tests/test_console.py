@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import html
 import re
 import time
 from collections.abc import AsyncIterator
@@ -363,6 +364,24 @@ async def test_the_person_gives_an_agent_a_token_once_and_revokes_it(ana: Person
     r = await ana.post(f"/console/agents/tokens/{token_id}/revoke", {})
     assert r.status_code == 303
     assert (await ana.client.get("/v1/tools", headers=bearer(token.group(1)))).status_code == 401
+
+
+async def test_an_agent_named_in_the_console_is_who_asks_on_its_approvals(ana: Person) -> None:
+    await ana.sign_in_by_link()
+    fields = {"agent_id": "planner", "agent_name": "Ana's planner", "scope": "tools", "expires": "1d"}
+    r = await ana.post("/console/agents/tokens", fields)
+    token = re.search(r'id="new-token" class="token" value="(tga_[^"]+)"', r.text)
+    assert token is not None
+    asked = await ana.client.post(
+        "/v1/invocations",
+        json={"tool": LAMP_TOOL, "arguments": {"on": True}, "origin": "untrusted"},
+        headers=bearer(token.group(1)),
+    )
+    assert asked.json()["status"] == "awaiting_approval", asked.text
+    listed = html.unescape(await ana.page("/console/approvals/pending"))
+    assert "Ana's planner asks to use Desk lamp: Set light." in listed
+    assert "it came from a message you received" in listed
+    assert "planner asks" not in listed.replace("Ana's planner asks", "")
 
 
 async def test_a_token_for_another_persons_agent_cannot_be_revoked_from_the_console(ana: Person) -> None:

@@ -1032,6 +1032,38 @@ def test_a_card_shows_control_characters_as_escapes_never_raw() -> None:
     assert "warm\\u001b[2J\\u202e" in shown
 
 
+def test_an_approval_card_says_who_asks_what_and_why_and_its_time_as_the_clock_reads() -> None:
+    out = io.StringIO()
+    console = Console(file=out, width=200, color_system=None)
+    request = Request.read(
+        {
+            "id": "apr_1",
+            "kind": "set_light",
+            "subject": "desk-lamp",
+            "prompt": "Ana's planner asks to use Desk lamp: Switch the lamp.",
+            "preview": {
+                "title": "Switch the lamp",
+                "description": "Turn the lamp on or off.",
+                "who": "Ana's planner",
+                "why": "Lights after dark need your yes",
+                "fields": [{"label": "Light", "value": "On"}],
+            },
+            "binding_code": "X4DQ",
+            "expires_at": "2026-11-30T07:08:20+00:00",
+            "agent_asks": True,
+        }
+    )
+    assert request is not None
+    CardScreen(console).approval(request)
+    shown = out.getvalue()
+    assert "Ana's planner asks to use Desk lamp: Switch the lamp." in shown
+    assert "Turn the lamp on or off." in shown
+    assert "Lights after dark need your yes" in shown
+    assert "Light" in shown and "On" in shown and "X4DQ" in shown
+    local = datetime.fromisoformat("2026-11-30T07:08:20+00:00").astimezone().strftime("%H:%M")
+    assert f"answer by  {local}" in shown and "2026-11-30T" not in shown
+
+
 async def test_the_prompts_show_their_key_letters(monkeypatch: pytest.MonkeyPatch) -> None:
     from tapgate.device.prompts import Ask
 
