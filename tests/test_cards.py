@@ -82,6 +82,9 @@ async def test_a_card_names_the_agent_as_its_token_was_named(world: Ana) -> None
     assert approval["prompt"] == "Ana's planner asks to use Desk lamp: Switch the desk lamp."
     assert approval["preview"]["who"] == "Ana's planner"
     assert "planner" not in approval["prompt"].replace("Ana's planner", "")
+    listed = await world.client.get("/v1/users/ana/tokens", headers=bearer(world.operator))
+    names = [t["agent_name"] for t in listed.json()["tokens"] if t["agent_id"] == "planner"]
+    assert names == ["Ana's planner"]
 
 
 async def test_an_agent_without_a_name_is_your_assistant_never_its_id(world: Ana) -> None:

@@ -382,6 +382,7 @@ async def test_an_agent_named_in_the_console_is_who_asks_on_its_approvals(ana: P
     assert "Ana's planner asks to use Desk lamp: Set light." in listed
     assert "it came from a message you received" in listed
     assert "planner asks" not in listed.replace("Ana's planner asks", "")
+    assert "“Ana's planner” on your cards" in html.unescape(await ana.page("/console/agents"))
 
 
 async def test_a_token_for_another_persons_agent_cannot_be_revoked_from_the_console(ana: Person) -> None:

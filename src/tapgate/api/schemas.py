@@ -61,6 +61,7 @@ class TokenInfo(BaseModel):
     console_session_id: str | None = Field(
         None, description="An agent token made in the console: the console session that made it"
     )
+    agent_name: str | None = Field(None, description="An agent token: who asks on the person's cards")
 
 
 class TokenList(BaseModel):

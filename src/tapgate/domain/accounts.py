@@ -79,6 +79,7 @@ class ListedToken:
     last_used_at: datetime | None
     signed_in_by: str | None = None  # a console session: the device whose signature opened it
     console_session_id: str | None = None  # an agent token: the console session that made it
+    agent_name: str | None = None  # an agent token: who asks on the person's cards
 
     @classmethod
     def of(cls, credential: Credential) -> ListedToken:
@@ -92,4 +93,5 @@ class ListedToken:
             credential.expires_at,
             credential.last_used_at,
             console_session_id=credential.console_session_id,
+            agent_name=credential.agent_name,
         )
