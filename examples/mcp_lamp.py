@@ -36,11 +36,17 @@ async def run(url: str, token: str, brightness: int, ca_file: str | None) -> int
         tools = (await client.list_tools()).tools
         for tool in tools:
             print(f"tool {tool.name}: {tool.description}")
-        lamp = next((t.name for t in tools if t.name.endswith("__set_light")), None)
-        if lamp is None:
+        found = next((t for t in tools if t.name.endswith("__set_light")), None)
+        if found is None:
             print("No lamp among the tools: grant set_light on a lamp first.", file=sys.stderr)
             return 1
-        result = await client.call_tool(lamp, {"on": True, "brightness": brightness})
+        lamp = found.name
+        # Only what the lamp declares: the README's lamp has no brightness, and a call with an
+        # undeclared argument is refused.
+        arguments: dict[str, object] = {"on": True}
+        if "brightness" in (found.input_schema or {}).get("properties", {}):
+            arguments["brightness"] = brightness
+        result = await client.call_tool(lamp, arguments)
         view = result.structured_content or {}
         if view.get("status") in ("pending", "awaiting_approval"):
             print(text_of(result))
@@ -55,7 +61,7 @@ def main() -> int:
     )
     parser.add_argument("--url", default=os.environ.get("TAPGATE_URL", "http://127.0.0.1:8080"))
     parser.add_argument("--token", default=os.environ.get("TAPGATE_AGENT_TOKEN"), help="An agent token.")
-    parser.add_argument("--brightness", type=int, default=60)
+    parser.add_argument("--brightness", type=int, default=60, help="Sent when the lamp declares it.")
     parser.add_argument(
         "--ca-file", default=os.environ.get("TAPGATE_CA_FILE"), help="A CA to trust for the gateway's https."
     )

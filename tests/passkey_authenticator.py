@@ -14,7 +14,7 @@ from typing import Any
 
 import cbor2
 from cryptography.hazmat.primitives import hashes
-from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
 
 UP, UV, AT = 0x01, 0x04, 0x40
 
@@ -27,11 +27,23 @@ def b64url(data: bytes) -> str:
 class SoftAuthenticator:
     rp_id: str
     origin: str
-    key: ec.EllipticCurvePrivateKey = field(default_factory=lambda: ec.generate_private_key(ec.SECP256R1()))
+    key: ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey = field(
+        default_factory=lambda: ec.generate_private_key(ec.SECP256R1())
+    )
     credential_id: bytes = field(default_factory=lambda: os.urandom(16))
     count: int = 0
 
+    @classmethod
+    def rs256(cls, rp_id: str, origin: str) -> SoftAuthenticator:
+        """One that makes an RSA (RS256) credential, as Windows Hello and some security keys do."""
+        return cls(rp_id, origin, key=rsa.generate_private_key(public_exponent=65537, key_size=2048))
+
     def _cose_key(self) -> bytes:
+        if isinstance(self.key, rsa.RSAPrivateKey):
+            rsa_numbers = self.key.public_key().public_numbers()
+            n = rsa_numbers.n.to_bytes((rsa_numbers.n.bit_length() + 7) // 8, "big")
+            e = rsa_numbers.e.to_bytes((rsa_numbers.e.bit_length() + 7) // 8, "big")
+            return bytes(cbor2.dumps({1: 3, 3: -257, -1: n, -2: e}))
         numbers = self.key.public_key().public_numbers()
         return bytes(
             cbor2.dumps(
@@ -84,7 +96,11 @@ class SoftAuthenticator:
         client_data = self._client_data("webauthn.get", challenge, origin)
         flags = UP | (UV if user_verified else 0)
         auth_data = hashlib.sha256(self.rp_id.encode()).digest() + bytes([flags]) + struct.pack(">I", count)
-        signature = self.key.sign(auth_data + hashlib.sha256(client_data).digest(), ec.ECDSA(hashes.SHA256()))
+        signed = auth_data + hashlib.sha256(client_data).digest()
+        if isinstance(self.key, rsa.RSAPrivateKey):
+            signature = self.key.sign(signed, padding.PKCS1v15(), hashes.SHA256())
+        else:
+            signature = self.key.sign(signed, ec.ECDSA(hashes.SHA256()))
         return {
             "id": b64url(self.credential_id),
             "rawId": b64url(self.credential_id),

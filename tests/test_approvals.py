@@ -120,8 +120,14 @@ async def test_a_signed_approval_lets_the_call_go_on_to_its_device(
     assert approval["subject"] == "front-door"
     assert approval["preview"] == {
         "kind": "unlock_door",
-        "fields": [{"label": "On", "value": "true"}, {"label": "Brightness", "value": "30"}],
+        "title": "Unlock door",
+        "description": "Unlock the front door.",
+        "who": "your assistant",
+        "why": "the device asks for a yes",
+        "fields": [{"label": "On", "value": "yes"}, {"label": "Brightness", "value": "30"}],
     }
+    assert approval["prompt"] == "Your assistant asks to use Front door: Unlock door."
+    assert approval["agent_asks"] is True
     assert approval["sign"]["format"] == "tapgate-approval-v1"
     assert await home.inbox(device) == [approval]  # a device reads the same inbox
 

@@ -616,7 +616,7 @@ async def test_an_approval_signed_with_the_browsers_key_lets_the_call_go_on(
     await expect(card.locator(".binding-code")).to_have_text(call["binding_code"])
     await expect(card.locator(".fields")).to_contain_text("Minutes")
     await expect(card.locator(".card-summary")).to_have_text(
-        "assistant asks to use unlock_door on Front door."
+        "Your assistant asks to use Front door: Unlock door."
     )
     if alg == "ed25519":
         await card.screenshot(path=artifact("browser-approval-card.png"))

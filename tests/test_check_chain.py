@@ -66,6 +66,19 @@ async def _chat(world: World, session_id: str = "chat-1", attended: bool = True,
     assert r.status_code == 201, r.text
 
 
+async def test_a_typo_in_a_tool_name_says_which_of_the_persons_tools_was_meant(world: World) -> None:
+    view = await _invoke(world, "device__desk_lamp__set_lihgt", {"on": True})
+    assert view["reason"] == "[deny] unknown tool; did you mean device__desk_lamp__set_light?"
+    assert (await _invoke(world, "device__garage__open", {}))["reason"] == "[deny] unknown tool"
+
+
+async def test_a_typo_is_never_matched_to_another_persons_tool(world: World) -> None:
+    await world.person("bob")
+    await world.enrol("bob", device_body("garage", [LAMP | {"name": "open_door"}], grants=["open_door"]))
+    view = await _invoke(world, "device__garage__open_dor", {})
+    assert view["reason"] == "[deny] unknown tool"
+
+
 @pytest.mark.parametrize(
     ("tool", "arguments", "reason"),
     [

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import re
 import signal
 import socket
 import subprocess
@@ -123,8 +124,14 @@ def test_tenant_and_token_commands_print_working_tokens(initialised: tuple[Path,
     )
     assert missing.returncode == 1
     assert "no user 'bob'" in missing.stderr
+    assert "tapgate user add --tenant acme bob" in missing.stderr
     usage = tapgate("token", "create", "--tenant", "acme", "--kind", "agent", "--config", str(config))
     assert usage.returncode == 2
+    typo = tapgate(
+        "token", "create", "--tenant", "amce", "--user", "ana", "--kind", "agent", "--config", str(config)
+    )
+    assert typo.returncode == 1
+    assert typo.stderr.strip() == "There is no tenant 'amce'; did you mean 'acme'?"
 
 
 def test_serve_answers_health_readiness_metrics_and_openapi_on_a_real_port(
@@ -157,3 +164,21 @@ def test_the_demo_runs_to_its_end() -> None:
     assert run.returncode == 0, run.stdout + run.stderr
     assert "Every step did what it says." in run.stdout
     assert "require_user_verification" in run.stdout  # the story mentions passkeys (DESIGN §22)
+    # Each step is one line, however long: a link is never cut in two by the output's width.
+    [printed] = [line for line in run.stdout.splitlines() if "tapgate console link prints" in line]
+    assert re.search(r"https?://\S+/console/link\S*$", printed), printed
+    # and the end names no spent link
+    ending = run.stdout.split("Every step did what it says.", 1)[1]
+    assert "/console/link" not in ending and "tapgate console link --tenant default" in ending
+
+
+def test_help_shows_no_type_beside_a_flag_and_the_device_group_names_login() -> None:
+    top = tapgate("--help")
+    assert top.returncode == 0, top.stderr
+    assert "<bool>" not in top.stdout
+    assert "--version" in top.stdout
+    group = tapgate("device", "--help")
+    assert "decide, login, vectors" in " ".join(group.stdout.split())
+    run = tapgate("device", "run", "--help")
+    assert "--no-inbox" in run.stdout and "<bool>" not in run.stdout
+    assert "<path>" in run.stdout  # an option that takes a value still says what kind

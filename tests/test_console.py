@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import html
 import re
 import time
 from collections.abc import AsyncIterator
 from datetime import timedelta
 from typing import Any
+from urllib.parse import urljoin
 
 import httpx
 import pytest
@@ -227,6 +229,15 @@ async def test_every_page_needs_a_session_and_carries_the_strict_policy(ana: Per
         assert "<script>" not in r.text and " on" + "click=" not in r.text
 
 
+async def test_the_console_and_the_app_name_an_icon_that_is_there(ana: Person) -> None:
+    for page in ("/console/sign-in?tenant=acme", "/app/"):
+        r = await ana.client.get(page)
+        icon = re.search(r'<link rel="icon" href="([^"]+)"', r.text)
+        assert icon is not None, page
+        shown = await ana.client.get(urljoin(page, icon.group(1)))
+        assert shown.status_code == 200 and shown.headers["content-type"] == "image/png", page
+
+
 async def test_a_form_without_its_csrf_token_changes_nothing(ana: Person) -> None:
     await ana.sign_in_by_link()
     for csrf in (None, "0" * 40):
@@ -361,6 +372,25 @@ async def test_the_person_gives_an_agent_a_token_once_and_revokes_it(ana: Person
     r = await ana.post(f"/console/agents/tokens/{token_id}/revoke", {})
     assert r.status_code == 303
     assert (await ana.client.get("/v1/tools", headers=bearer(token.group(1)))).status_code == 401
+
+
+async def test_an_agent_named_in_the_console_is_who_asks_on_its_approvals(ana: Person) -> None:
+    await ana.sign_in_by_link()
+    fields = {"agent_id": "planner", "agent_name": "Ana's planner", "scope": "tools", "expires": "1d"}
+    r = await ana.post("/console/agents/tokens", fields)
+    token = re.search(r'id="new-token" class="token" value="(tga_[^"]+)"', r.text)
+    assert token is not None
+    asked = await ana.client.post(
+        "/v1/invocations",
+        json={"tool": LAMP_TOOL, "arguments": {"on": True}, "origin": "untrusted"},
+        headers=bearer(token.group(1)),
+    )
+    assert asked.json()["status"] == "awaiting_approval", asked.text
+    listed = html.unescape(await ana.page("/console/approvals/pending"))
+    assert "Ana's planner asks to use Desk lamp: Set light." in listed
+    assert "it came from a message you received" in listed
+    assert "planner asks" not in listed.replace("Ana's planner asks", "")
+    assert "“Ana's planner” on your cards" in html.unescape(await ana.page("/console/agents"))
 
 
 async def test_a_token_for_another_persons_agent_cannot_be_revoked_from_the_console(ana: Person) -> None:

@@ -259,7 +259,9 @@ async def test_refusals_say_what_went_wrong(home: Home) -> None:
         assert view["status"] in ("refused", "unavailable"), view
         return str(view["reason"])
 
-    assert await reason("device__desk_lamp__set_lihgt") == "[deny] unknown tool"
+    assert await reason("device__desk_lamp__set_lihgt") == (
+        "[deny] unknown tool; did you mean device__desk_lamp__set_light?"
+    )
     assert await reason("device__garage__open") == "[deny] unknown tool"
     assert (await reason("device__desk_lamp__read_temperature", arguments={})).startswith(
         "[deny] capability not granted"

@@ -157,7 +157,7 @@ async def test_the_model_reads_why_a_call_was_refused_and_that_its_device_is_off
             offline = await session.call_tool("device__desk_lamp__set_light", {"on": True})
 
     assert revoked.is_error and text_of(revoked).startswith("[deny] device revoked")
-    assert typo.is_error and text_of(typo) == "[deny] unknown tool"
+    assert typo.is_error and text_of(typo) == "[deny] unknown tool; did you mean device__kettle__boil?"
     assert no_session.is_error and text_of(no_session).startswith("[deny] phone_action needs a session_id")
     assert not offline.is_error and offline.structured_content["device_online"] is False
     assert "The device is offline" in text_of(offline)

@@ -202,6 +202,7 @@ def test_pair_prints_a_link_and_qr_code_for_the_served_port_and_lets_the_device_
     try:
         refused = tapgate("pair", "--user", "ana", "--config", str(config), "--url", "http://127.0.0.1:9")
         assert refused.returncode == 1 and "Nothing answers at http://127.0.0.1:9" in refused.stderr
+        assert "18231" not in refused.stderr  # no port of our own making up: the one serve printed
         operator = Lines("pair", "--user", "ana", "--config", str(config), "--url", server.url)
         try:
             link = operator.expect(r"^(http://\S+/app/#pair=\S+)$")[1]

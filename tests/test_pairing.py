@@ -82,6 +82,22 @@ async def test_the_default_grant_set_is_empty(world: World) -> None:
     assert await world.tool_names(agent) == []
 
 
+async def test_the_comparison_code_is_accepted_with_the_space_it_is_shown_with(world: World) -> None:
+    user = await world.person("ana")
+    started = await _start(world, user)
+    paired = (
+        await world.client.post("/v1/pair", json={"code": started["code"], **device_body("phone", [])})
+    ).json()
+    code = paired["comparison_code"]
+    r = await world.client.post(
+        f"/v1/pairings/{started['pairing_id']}/consent",
+        json={"comparison_code": f"{code[:3]} {code[3:]}", "approved": True},
+        headers=bearer(user),
+    )
+    assert r.status_code == 200, r.text
+    assert r.json()["device"]["status"] == "active"
+
+
 async def test_a_used_code_cannot_pair_again_nor_be_drawn(world: World) -> None:
     user = await world.person("ana")
     started = await _start(world, user)

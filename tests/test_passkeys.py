@@ -43,7 +43,9 @@ async def home(client: httpx.AsyncClient) -> Home:
     return await Home(await World(client).start()).build()
 
 
-async def _register(home: Home, device: str = "ana-phone") -> SoftAuthenticator:
+async def _register(
+    home: Home, device: str = "ana-phone", authenticator: SoftAuthenticator | None = None
+) -> SoftAuthenticator:
     token = bearer(home.tokens[device])
     r = await home.client.get("/v1/device/passkeys/options", headers=token)
     assert r.status_code == 200, r.text
@@ -55,7 +57,7 @@ async def _register(home: Home, device: str = "ana-phone") -> SoftAuthenticator:
         "userVerification": "required",
         "residentKey": "preferred",
     }
-    authenticator = SoftAuthenticator(RP_ID, ORIGIN)
+    authenticator = authenticator or SoftAuthenticator(RP_ID, ORIGIN)
     r = await home.client.post(
         "/v1/device/passkeys",
         json={"credential": authenticator.register(options["challenge"])},
@@ -122,6 +124,16 @@ async def test_a_registered_passkey_approves_with_user_verification_and_the_jour
     assert [p["credential_id"] for p in r.json()["passkeys"]] == [b64url(authenticator.credential_id)]
 
 
+async def test_an_rs256_passkey_is_offered_registered_and_approves(home: Home) -> None:
+    r = await home.client.get("/v1/device/passkeys/options", headers=bearer(home.tokens["ana-phone"]))
+    assert [p["alg"] for p in r.json()["pubKeyCredParams"]] == [-7, -8, -257]
+    authenticator = await _register(home, authenticator=SoftAuthenticator.rs256(RP_ID, ORIGIN))
+    call, approval = await _waiting(home)
+    r = await _decide(home, approval, "approved", authenticator.assert_text(_text(approval, "approved")))
+    assert r.status_code == 200, r.text
+    assert (await home.view(call["id"]))["status"] == "pending"
+
+
 async def test_a_deny_is_verified_too(home: Home) -> None:
     authenticator = await _register(home)
     call, approval = await _waiting(home)
@@ -172,6 +184,8 @@ async def test_a_decision_without_a_good_assertion_is_403_and_the_approval_stays
     assert approval["id"] in [a["id"] for a in await home.inbox()]
     refused = [e for e in await _journal(home) if e["action"] == "approval.refused"]
     assert refused[-1]["subject"] == approval["id"]
+    if case == "no assertion":  # the journal says it in words, not the protocol's
+        assert "no passkey came with the decision" in refused[-1]["reason"]
     # and a good assertion still decides it
     r = await _decide(home, approval, "approved", authenticator.assert_text(text))
     assert r.status_code == 200, r.text

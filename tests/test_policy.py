@@ -328,7 +328,11 @@ def test_block_beats_ask_beats_allow_in_any_order(order: tuple[str, ...]) -> Non
     decision = decide(load(body), call())
     line = 2 + body.splitlines().index("  - name: block-lamp")
     assert decision == PolicyDecision(
-        Verdict.BLOCK, f"No lamps tonight (rule 'block-lamp', line {line})", "block-lamp", line
+        Verdict.BLOCK,
+        f"No lamps tonight (rule 'block-lamp', line {line})",
+        "block-lamp",
+        line,
+        "No lamps tonight",
     )
 
 
@@ -344,7 +348,11 @@ def test_a_block_says_the_rules_message_or_names_the_rule_with_its_line() -> Non
 def test_an_ask_carries_the_rules_message() -> None:
     policies = load("policies:" + ASK_LAMP + "    message: Lamp actions need a yes\n")
     assert decide(policies, call()) == PolicyDecision(
-        Verdict.ASK, "Lamp actions need a yes (rule 'ask-lamp', line 3)", "ask-lamp", 3
+        Verdict.ASK,
+        "Lamp actions need a yes (rule 'ask-lamp', line 3)",
+        "ask-lamp",
+        3,
+        message="Lamp actions need a yes",
     )
 
 

@@ -130,6 +130,7 @@ async def test_a_credential_round_trips_with_its_scopes_and_bindings(store: Stor
         agent_id="planner",
         require_device_signature=None,
         console_session_id="5" * 16,
+        agent_name="Ana's planner",
     )
     async with store.unit_of_work(a) as uow:
         await uow.credentials.add(made_in_console)

@@ -1032,6 +1032,38 @@ def test_a_card_shows_control_characters_as_escapes_never_raw() -> None:
     assert "warm\\u001b[2J\\u202e" in shown
 
 
+def test_an_approval_card_says_who_asks_what_and_why_and_its_time_as_the_clock_reads() -> None:
+    out = io.StringIO()
+    console = Console(file=out, width=200, color_system=None)
+    request = Request.read(
+        {
+            "id": "apr_1",
+            "kind": "set_light",
+            "subject": "desk-lamp",
+            "prompt": "Ana's planner asks to use Desk lamp: Switch the lamp.",
+            "preview": {
+                "title": "Switch the lamp",
+                "description": "Turn the lamp on or off.",
+                "who": "Ana's planner",
+                "why": "Lights after dark need your yes",
+                "fields": [{"label": "Light", "value": "On"}],
+            },
+            "binding_code": "X4DQ",
+            "expires_at": "2026-11-30T07:08:20+00:00",
+            "agent_asks": True,
+        }
+    )
+    assert request is not None
+    CardScreen(console).approval(request)
+    shown = out.getvalue()
+    assert "Ana's planner asks to use Desk lamp: Switch the lamp." in shown
+    assert "Turn the lamp on or off." in shown
+    assert "Lights after dark need your yes" in shown
+    assert "Light" in shown and "On" in shown and "X4DQ" in shown
+    local = datetime.fromisoformat("2026-11-30T07:08:20+00:00").astimezone().strftime("%H:%M")
+    assert f"answer by  {local}" in shown and "2026-11-30T" not in shown
+
+
 async def test_the_prompts_show_their_key_letters(monkeypatch: pytest.MonkeyPatch) -> None:
     from tapgate.device.prompts import Ask
 
@@ -1040,12 +1072,28 @@ async def test_the_prompts_show_their_key_letters(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setattr("sys.stdin", io.StringIO("y\na\n"))
     call = Call("inv_1", "device__ana_lamp__set_light", SET_LIGHT, {"on": True})
     assert await ask.call(call) is Answer.DONE
-    request = Request.read({"id": "apr_1", "kind": "unplug", "subject": "ana-lamp", "prompt": "Unplug?"})
+    asked = {"id": "apr_1", "kind": "unplug", "subject": "ana-lamp", "prompt": "Unplug?", "agent_asks": True}
+    request = Request.read(asked)
     assert request is not None
     assert (await ask.approval(request)) == Verdict(Decision.APPROVED)
     shown = console.export_text()
     assert "[y]es, [n]o (decline), [f]ailed" in shown
     assert "[a]pprove, [d]eny, or [w] this wasn't me" in shown
+
+
+async def test_this_wasnt_me_is_offered_only_where_an_agent_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tapgate.device.prompts import Ask
+
+    console = Console(file=io.StringIO(), record=True, width=200)
+    monkeypatch.setattr("sys.stdin", io.StringIO("w\nd\n\n"))
+    pairing = Request.read(
+        {"id": "apr_2", "kind": "device_pair", "subject": "tablet", "prompt": "Let it in?"}
+    )
+    assert pairing is not None
+    assert (await Ask(console).approval(pairing)) == Verdict(Decision.DENIED)  # "w" is not a key here
+    shown = console.export_text()
+    assert "Decide: [a]pprove or [d]eny" in shown
+    assert "wasn't me" not in shown
 
 
 def test_run_never_says_connected_for_a_revoked_device(

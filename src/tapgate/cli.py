@@ -486,6 +486,10 @@ def token_create(
     user: Annotated[str | None, typer.Option(help="The user the token acts for (user and agent).")] = None,
     scope: Annotated[list[str] | None, typer.Option(help="A scope; repeat for more (default: all).")] = None,
     agent_id: Annotated[str | None, typer.Option(help="The agent's id (agent tokens).")] = None,
+    agent_name: Annotated[
+        str | None,
+        typer.Option(help='Who asks, on approval cards (agent tokens; default "your assistant").'),
+    ] = None,
     expires_in: Annotated[
         int | None, typer.Option("--expires-in", help="Seconds until it stops working (default: never).")
     ] = None,
@@ -509,7 +513,13 @@ def token_create(
                 return (await gateway.create_operator_token(tenant, expires_in)).token
             assert user is not None
             new = await gateway.create_token(
-                _operator(tenant), user, TokenKind(kind), scope, agent_id, expires_in_seconds=expires_in
+                _operator(tenant),
+                user,
+                TokenKind(kind),
+                scope,
+                agent_id,
+                expires_in_seconds=expires_in,
+                agent_name=agent_name,
             )
             return new.token
         finally:
@@ -875,7 +885,20 @@ def _explained_lines(explained: Any) -> list[str]:
     return lines
 
 
+def _flags_show_no_type() -> None:
+    """A flag takes no value, so its help line shows none (typer would write ``<bool>`` beside it)."""
+    from typer.core import TyperOption
+
+    shown = TyperOption.display_type_rich
+
+    def display_type_rich(self: TyperOption, ctx: Any) -> str | None:
+        return None if self.is_flag else shown(self, ctx)
+
+    setattr(TyperOption, "display_type_rich", display_type_rich)  # noqa: B010 (mypy: no method assignment)
+
+
 def main() -> None:
+    _flags_show_no_type()
     try:
         app()
     except KeyboardInterrupt:

@@ -48,7 +48,9 @@ def _tapgate(*args: str) -> subprocess.CompletedProcess[str]:
 
 def _step(title: str, ok: bool, detail: str = "") -> None:
     mark = "[green]ok[/green]  " if ok else "[red]FAIL[/red]"
-    console.print(f"{mark} {escape(title)}" + (f" [dim]{escape(detail)}[/dim]" if detail else ""))
+    # One line a step, wrapped by the terminal, never by rich: a link or a code is never split mid-word.
+    shown = f" [dim]{escape(detail)}[/dim]" if detail else ""
+    console.print(f"{mark} {escape(title)}{shown}", soft_wrap=True)
     if not ok:
         raise StepFailed(title)
 
@@ -304,7 +306,7 @@ def run_demo(keep: bool = False) -> int:
     folder = Path(tempfile.mkdtemp(prefix="tapgate-demo-"))
     console.print(f"[bold]tapgate demo[/bold] in {folder}")
     try:
-        link = _story(folder)
+        _story(folder)
     except StepFailed as e:
         console.print(f"[red]The demo stopped at: {e}[/red]")
         return 1
@@ -314,15 +316,18 @@ def run_demo(keep: bool = False) -> int:
         else:
             shutil.rmtree(folder, ignore_errors=True)
     console.print("[bold green]Every step did what it says.[/bold green]")
+    # The demo's sign-in link is spent and its gateway stopped: say how to get a live one, not that one.
     console.print(
-        f"The person's console: {link} signed ana in once, on the demo's gateway (now stopped). "
-        "On yours: tapgate serve, then tapgate console link --tenant default --user ana --url URL, or open "
-        "/console/sign-in and scan its code with the paired phone (docs/console.md)."
+        "The person's console, on your own gateway: tapgate serve, then tapgate console link --tenant "
+        "default --user ana --url URL prints a link that signs ana in once; or open /console/sign-in and "
+        "scan its code with the paired phone (docs/console.md).",
+        soft_wrap=True,
     )
     console.print(
         "[dim]One step further: with require_user_verification = true, each yes or no from the browser "
         "app also needs the person's passkey (face, fingerprint or screen lock), not only the phone's "
-        "key (docs/browser-app.md).[/dim]"
+        "key (docs/browser-app.md).[/dim]",
+        soft_wrap=True,
     )
     return 0
 

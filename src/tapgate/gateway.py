@@ -224,6 +224,7 @@ class Gateway:
         agent_id: str | None = None,
         require_device_signature: bool | None = None,
         expires_in_seconds: int | None = None,
+        agent_name: str | None = None,
     ) -> accounts.NewToken:
         caller.require(TokenKind.OPERATOR)
         return await accounts.create_token(
@@ -236,6 +237,7 @@ class Gateway:
             agent_id,
             require_device_signature,
             expires_in_seconds,
+            agent_name=agent_name,
         )
 
     # policy
@@ -565,6 +567,7 @@ class Gateway:
         agent_id: str,
         scopes: Iterable[str] | None,
         expires_in_seconds: int,
+        agent_name: str | None = None,
     ) -> accounts.NewToken:
         """A person mints a token for an agent of their own in the console (its Agents page): it expires,
         within ``console_agent_token_days``, and names the session that made it. Raises InvalidInput."""
@@ -588,6 +591,7 @@ class Gateway:
             None,
             expires_in_seconds,
             console_session_id=session.session_id,
+            agent_name=agent_name,
         )
 
     async def pause_agents(self, caller: Principal, paused: bool) -> bool:

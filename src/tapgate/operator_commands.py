@@ -46,8 +46,8 @@ def register(app: typer.Typer, device_app: typer.Typer) -> None:
     app.add_typer(user_app, name="user")
     app.add_typer(mandate_app, name="mandate")
     device_app.info.help = (
-        "The terminal phone (keygen, enrol, pair, run, decide, vectors), and the operator's list, grant and "
-        "revoke of a person's devices."
+        "The terminal phone (keygen, enrol, pair, run, decide, login, vectors), and the operator's list, "
+        "grant and revoke of a person's devices."
     )
     device_app.command("list")(device_list)
     device_app.command("revoke")(device_revoke)
@@ -216,7 +216,7 @@ def served_at(url: str | None, config: str | None, ca_file: Path | None = None) 
     if not _listening(public_url):
         raise _fail(
             f"Nothing answers at {public_url}: start 'tapgate serve', or pass --url with the address it "
-            "listens on (e.g. --url http://127.0.0.1:18231)."
+            "listens on (its --host and --port)."
         )
     return public_url
 

@@ -26,6 +26,9 @@ class NewToken(Request):
     kind: Literal["user", "agent"]
     scopes: list[str] | None = Field(None, max_length=10)
     agent_id: str | None = Field(None, max_length=40)
+    agent_name: str | None = Field(
+        None, max_length=40, description="An agent token: who asks, as the person's cards say"
+    )
     require_device_signature: bool | None = None
     expires_in_seconds: int | None = Field(
         None, ge=1, le=315_360_000, description="The token stops working this many seconds from now"
@@ -58,6 +61,7 @@ class TokenInfo(BaseModel):
     console_session_id: str | None = Field(
         None, description="An agent token made in the console: the console session that made it"
     )
+    agent_name: str | None = Field(None, description="An agent token: who asks on the person's cards")
 
 
 class TokenList(BaseModel):
@@ -127,6 +131,7 @@ class EnrolDevice(DeviceBody):
 class CapabilityView(BaseModel):
     name: str
     kind: str
+    label: str = Field(description="What the person reads on cards (the name in words if none was declared)")
     description: str
     params: dict[str, dict[str, Any]]
     confirm: bool
@@ -218,7 +223,12 @@ class Paired(BaseModel):
 
 
 class Consent(Request):
-    comparison_code: str = Field("", max_length=6, pattern=r"^([0-9]{6})?$", description="Needed to approve")
+    comparison_code: str = Field(
+        "",
+        max_length=7,
+        pattern=r"^([0-9]{3} ?[0-9]{3})?$",
+        description="Needed to approve: six digits, with or without the space they are shown with",
+    )
     approved: bool
     grants: GrantsField = None
 
@@ -341,6 +351,9 @@ class ApprovalView(BaseModel):
         "the preview it is what sign.action_sha256 hashes"
     )
     arguments: dict[str, Any] = Field(description="The planned action's exact arguments")
+    agent_asks: bool = Field(
+        False, description="An agent's call waits on it: the card offers \"This wasn't me\" (deny and pause)"
+    )
 
 
 class Inbox(BaseModel):

@@ -21,7 +21,9 @@ def device_view(device: Device) -> DeviceView:
         # The push address stays on the server: it is the device's, not the caller's, to share.
         push=PushView(kind=device.push.kind) if device.push else None,
         capabilities=[
-            CapabilityView(**d.capability.as_dict(), granted=d.granted) for d in device.capabilities
+            CapabilityView(**(c.as_dict() | {"label": c.shown_label}), granted=d.granted)
+            for d in device.capabilities
+            for c in (d.capability,)
         ],
         created_at=device.created_at.isoformat(),
         last_seen_at=device.last_seen_at.isoformat() if device.last_seen_at else None,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import unicodedata
+from datetime import datetime
 from typing import Any
 
 from rich.console import Console, Group
@@ -17,7 +18,7 @@ from rich.text import Text
 
 from tapgate.device.phone import Call, Request
 
-__all__ = ["Screen", "clean", "comparison_panel"]
+__all__ = ["Screen", "clean", "clock", "comparison_panel"]
 
 _SHOWN_AS_IS = frozenset("\n\t")
 
@@ -30,6 +31,14 @@ def clean(text: str) -> str:
         else f"\\u{ord(ch):04x}"
         for ch in text
     )
+
+
+def clock(iso: str) -> str:
+    """A moment as this machine's local hours and minutes (``14:05``), as the browser app shows it."""
+    try:
+        return datetime.fromisoformat(iso).astimezone().strftime("%H:%M")
+    except ValueError:
+        return clean(iso)
 
 
 def _value(value: Any) -> str:
@@ -60,16 +69,20 @@ class Screen:
         for name, value in call.arguments.items():
             rows.append((f"  {name}", _value(value)))
         if call.expires_at:
-            rows.append(("answer by", clean(call.expires_at)))
+            rows.append(("answer by", clock(call.expires_at)))
         title = Text(f"Call {call.id}", style="bold cyan")
         self.console.print(Panel(_rows(rows), title=title, title_align="left", expand=False))
 
     def approval(self, request: Request) -> None:
-        rows = [("kind", clean(request.kind)), ("device", clean(request.subject))]
-        rows += [(f"  {label}", clean(value)) for label, value in request.fields]
+        rows = []
+        if request.why:
+            rows.append(("why", clean(request.why)))
+        rows += [(label, clean(value)) for label, value in request.fields]
         if request.expires_at:
-            rows.append(("decide by", clean(request.expires_at)))
+            rows.append(("answer by", clock(request.expires_at)))
         parts: list[Any] = [Text(clean(request.prompt), style="bold")]
+        if request.description:
+            parts.append(Text(clean(request.description), style="dim"))
         if request.binding_code:
             parts.append(Text.assemble(("binding code  ", "bold"), (clean(request.binding_code), "reverse")))
         parts.append(_rows(rows))

@@ -26,6 +26,7 @@ from tapgate.device.keyfile import KeyFileError, generate_key, public_key_base64
 from tapgate.device.manifest import APPROVALS, ManifestError, device_body, read_capabilities
 from tapgate.device.phone import Answer, Link, Phone
 from tapgate.device.prompts import Ask, always, always_decide
+from tapgate.device.reaching import unreachable
 from tapgate.device.signing import CannotSign, decision_body
 from tapgate.device.state import DEFAULT_STATE, PhoneState, StateError, parse_pairing_link
 from tapgate.domain.approvals import Decision, PrivateKey
@@ -37,7 +38,7 @@ from tapgate.trust import CA_FILE_ENV, UnreadableCaFile, trust, untrusted_line
 __all__ = ["CaFileOption", "device_app", "unreachable"]
 
 device_app = typer.Typer(
-    help="The terminal phone: keys, enrol, pair, run, decide, vectors.",
+    help="The terminal phone: keys, enrol, pair, run, decide, login, vectors.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
 )
@@ -124,14 +125,6 @@ def _trust(ca_file: Path | None) -> ssl.SSLContext | bool:
         return trust(ca_file)
     except UnreadableCaFile as e:
         _fail(str(e), 2)
-
-
-def unreachable(url: str, error: httpx.TransportError) -> str:
-    """The sentence for a gateway a command could not talk to: an untrusted certificate says so."""
-    line = untrusted_line(error)
-    if line is not None:
-        return line
-    return f"The gateway at {url} cannot be reached ({type(error).__name__}); check the URL and that it runs."
 
 
 def _request(method: str, url: str, ca_file: Path | None = None, **kwargs: Any) -> httpx.Response:

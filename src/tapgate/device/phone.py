@@ -131,6 +131,11 @@ class Call:
         )
 
 
+def _text_of(preview: object, key: str) -> str:
+    value = preview.get(key) if isinstance(preview, Mapping) else None
+    return value if isinstance(value, str) else ""
+
+
 @dataclass(frozen=True, slots=True)
 class Request:
     """An approval waiting for the person, as ``GET /v1/inbox`` shows it; ``raw`` is what gets signed."""
@@ -143,6 +148,10 @@ class Request:
     binding_code: str | None
     expires_at: str | None
     raw: Mapping[str, Any] = field(repr=False)
+    title: str = ""  # what the person is asked for: the capability's label
+    description: str = ""
+    why: str = ""  # why the person is asked
+    agent_asks: bool = False  # an agent's call waits on it: "this wasn't me" is offered
 
     @classmethod
     def read(cls, data: Mapping[str, Any]) -> Request | None:
@@ -165,6 +174,10 @@ class Request:
             _optional_text(data.get("binding_code")),
             _optional_text(data.get("expires_at")),
             data,
+            _text_of(preview, "title"),
+            _text_of(preview, "description"),
+            _text_of(preview, "why"),
+            data.get("agent_asks") is True,
         )
 
 

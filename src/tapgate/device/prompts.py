@@ -60,15 +60,20 @@ class Ask:
                 return _CALL_KEYS[said[:1].lower()]
 
     async def approval(self, request: Request) -> Verdict | None:
+        # "This wasn't me" pauses the agent that asked: only a card an agent's call waits on offers it.
+        question = (
+            "Decide: [a]pprove, [d]eny, or [w] this wasn't me (deny and pause the agent): "
+            if request.agent_asks
+            else "Decide: [a]pprove or [d]eny: "
+        )
+        keys = ("d", "w") if request.agent_asks else ("d",)
         while True:
-            said = await in_daemon_thread(
-                self._input, "Decide: [a]pprove, [d]eny, or [w] this wasn't me (deny and pause the agent): "
-            )
+            said = await in_daemon_thread(self._input, question)
             if said is None:
                 return None
             key = said[:1].lower()
             if key == "a":
                 return Verdict(Decision.APPROVED)
-            if key in ("d", "w"):
+            if key in keys:
                 words = await in_daemon_thread(self._input, "A word for the agent (Enter for none): ")
                 return Verdict(Decision.DENIED, words or None, not_me=key == "w")

@@ -7,6 +7,8 @@ from datetime import datetime
 
 from tapgate.domain.principals import Principal, Scope, TokenKind
 
+AGENT_NAME_MAX = 40  # characters of an agent's name on the person's cards
+
 
 @dataclass(frozen=True, slots=True)
 class Tenant:
@@ -43,6 +45,7 @@ class Credential:
     expires_at: datetime | None = None
     last_used_at: datetime | None = None
     console_session_id: str | None = None  # an agent token made in the console: the session that made it
+    agent_name: str | None = None  # an agent token: who asks, as the person's cards name it
 
     def live(self, now: datetime) -> bool:
         """Neither revoked nor past its expiry at ``now``."""
@@ -59,6 +62,7 @@ class Credential:
             device_uid=self.device_uid,
             require_device_signature=self.require_device_signature,
             expires_at=self.expires_at,
+            agent_name=self.agent_name,
         )
 
 
@@ -77,6 +81,7 @@ class ListedToken:
     last_used_at: datetime | None
     signed_in_by: str | None = None  # a console session: the device whose signature opened it
     console_session_id: str | None = None  # an agent token: the console session that made it
+    agent_name: str | None = None  # an agent token: who asks on the person's cards
 
     @classmethod
     def of(cls, credential: Credential) -> ListedToken:
@@ -90,4 +95,5 @@ class ListedToken:
             credential.expires_at,
             credential.last_used_at,
             console_session_id=credential.console_session_id,
+            agent_name=credential.agent_name,
         )

@@ -1,9 +1,13 @@
 """Devices and their capability manifests: what a device declares, checked as untrusted input.
 
 A manifest entry:
-    {"name": "set_light", "kind": "actuator", "description": "…",
-     "params": {"on": {"type": "boolean", "required": true, "description": "true for on"}},
+    {"name": "set_light", "kind": "actuator", "label": "Switch the light", "description": "…",
+     "params": {"on": {"type": "boolean", "required": true, "description": "true for on",
+                       "label": "Light", "true_label": "On", "false_label": "Off"}},
      "confirm": false}
+
+``label`` (on a capability and on a param) and ``true_label``/``false_label`` (on a boolean param) are what
+the person reads on an approval card; without them the card shows the name in words and yes or no.
 
 Names, lengths and counts are bounded, and no text that a person or a model will read may carry a
 control, format, bidirectional, invisible or tag character. The built-in capabilities (``sms_send``,
@@ -35,6 +39,7 @@ MAX_PARAMS = 16
 MAX_ENUM = 32
 DESCRIPTION_MAX = 500
 PARAM_DESCRIPTION_MAX = 200
+LABEL_MAX = 60
 ENUM_VALUE_MAX = 64
 DEVICE_NAME_MAX = 40
 PUSH_TOKEN_MAX = 4096
@@ -72,6 +77,14 @@ class Param:
     required: bool = False
     description: str = ""
     enum: tuple[str, ...] = ()
+    label: str = ""
+    true_label: str = ""
+    false_label: str = ""
+
+    @property
+    def shown_label(self) -> str:
+        """What the person reads for this param: its label, or its name in words."""
+        return self.label or in_words(self.name)
 
     def as_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"type": self.type.value, "required": self.required}
@@ -79,6 +92,9 @@ class Param:
             out["description"] = self.description
         if self.enum:
             out["enum"] = list(self.enum)
+        for key in ("label", "true_label", "false_label"):
+            if getattr(self, key):
+                out[key] = getattr(self, key)
         return out
 
     def json_schema(self) -> dict[str, Any]:
@@ -97,6 +113,12 @@ class Capability:
     description: str
     params: tuple[Param, ...] = ()
     confirm: bool = False
+    label: str = ""
+
+    @property
+    def shown_label(self) -> str:
+        """What the person reads for this capability: its label, or its name in words."""
+        return self.label or in_words(self.name)
 
     @property
     def builtin(self) -> bool:
@@ -113,13 +135,16 @@ class Capability:
         return TRAITS.get(self.name, _TOOL).agent_facing
 
     def as_dict(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "name": self.name,
             "kind": self.kind.value,
             "description": self.description,
             "params": {p.name: p.as_dict() for p in self.params},
             "confirm": self.confirm,
         }
+        if self.label:
+            out["label"] = self.label
+        return out
 
     def json_schema(self) -> dict[str, Any]:
         """The arguments as a JSON Schema object that admits nothing else."""
@@ -137,22 +162,32 @@ BUILTINS: dict[str, Capability] = {
         CapabilityKind.ACTUATOR,
         "Open a text message on the phone, addressed and written; the person reads it and taps Send.",
         (
-            Param("to", ParamType.STRING, True, "The recipient's phone number, e.g. +15551234567"),
-            Param("body", ParamType.STRING, True, "The text of the message"),
+            Param(
+                "to", ParamType.STRING, True, "The recipient's phone number, e.g. +15551234567", label="To"
+            ),
+            Param("body", ParamType.STRING, True, "The text of the message", label="Message"),
         ),
+        label="Send a text message",
     ),
     PHONE_ACTIONS: Capability(
         PHONE_ACTIONS,
         CapabilityKind.ACTUATOR,
         "Do things on the phone the person confirms there: alarms, timers, routes, calls, messages, events.",
+        label="Do something on the phone",
     ),
     APPROVALS: Capability(
         APPROVALS,
         CapabilityKind.ACTUATOR,
         "Approve for the person: show and sign their approvals (agents' calls, new devices, console "
         "sign-ins, grants).",
+        label="Approve for you",
     ),
 }
+
+
+def in_words(name: str) -> str:
+    """A snake-case name as the person reads it: ``set_light`` is "Set light"."""
+    return name.replace("_", " ").capitalize()
 
 
 @dataclass(frozen=True, slots=True)
@@ -320,7 +355,7 @@ def _param(name: object, spec: object, where: str) -> Param:
     at = f"{where}.{name}"
     if not isinstance(spec, Mapping):
         raise InvalidInput(at, f"{at} must be an object with a 'type'.")
-    unknown = set(spec) - {"type", "required", "description", "enum"}
+    unknown = set(spec) - {"type", "required", "description", "enum", "label", "true_label", "false_label"}
     if unknown:
         raise InvalidInput(f"{at}.{sorted(unknown)[0]}", f"{at}.{sorted(unknown)[0]} is not a parameter key.")
     try:
@@ -343,16 +378,22 @@ def _param(name: object, spec: object, where: str) -> Param:
         enum = tuple(values)
     elif kind is ParamType.ENUM:
         raise InvalidInput(f"{at}.enum", f"{at}.enum is required for an enum parameter.")
+    for key in ("true_label", "false_label"):
+        if key in spec and kind is not ParamType.BOOLEAN:
+            raise InvalidInput(f"{at}.{key}", f"{at}.{key} applies to a boolean parameter only.")
     return Param(
         name,
         kind,
         _flag(spec, "required", at),
         _text(spec, "description", at, PARAM_DESCRIPTION_MAX),
         enum,
+        _text(spec, "label", at, LABEL_MAX),
+        _text(spec, "true_label", at, LABEL_MAX),
+        _text(spec, "false_label", at, LABEL_MAX),
     )
 
 
-_ENTRY_KEYS = frozenset({"name", "kind", "description", "params", "confirm"})
+_ENTRY_KEYS = frozenset({"name", "kind", "label", "description", "params", "confirm"})
 
 
 def parse_capability(entry: object, where: str, allow_granted: bool = False) -> Declared:
@@ -388,6 +429,7 @@ def parse_capability(entry: object, where: str, allow_granted: bool = False) -> 
         _text(entry, "description", where, DESCRIPTION_MAX),
         tuple(_param(n, spec, f"{where}.params") for n, spec in params.items()),
         _flag(entry, "confirm", where),
+        _text(entry, "label", where, LABEL_MAX),
     )
     return Declared(capability, granted)
 
@@ -470,7 +512,7 @@ def self_marked(merged: Sequence[Declared], new: Sequence[Declared]) -> list[Cap
 
 def changed(old: Capability, new: Capability) -> bool:
     """Whether a re-declared capability differs in what the person's grant was given for."""
-    return (old.kind, old.confirm, old.params) != (new.kind, new.confirm, new.params)
+    return (old.kind, old.confirm, old.label, old.params) != (new.kind, new.confirm, new.label, new.params)
 
 
 def grants_lost(current: Sequence[Declared], new: Sequence[Declared]) -> list[str]:

@@ -126,6 +126,7 @@ def approval_item(approval: Approval) -> dict[str, Any]:
         "expires_at": approval.expires_at.isoformat(),
         "tool": approval.tool,
         "arguments": dict(approval.arguments or {}),
+        "agent_asks": approval.agent_asks,
     }
 
 

@@ -15,7 +15,7 @@ from enum import StrEnum
 from typing import Any
 
 from tapgate.domain.approvals import SignBlock
-from tapgate.domain.devices import PHONE_ACTIONS, SMS_SEND, Capability, Device, DeviceStatus
+from tapgate.domain.devices import SMS_SEND, Capability, Device, DeviceStatus, in_words
 from tapgate.domain.errors import Conflict
 from tapgate.domain.shown import PREVIEW_MAX, VALUE_MAX, TooLongToShow
 from tapgate.domain.shown import shown as _shown
@@ -53,6 +53,11 @@ class Approval:
     tool: str = ""  # with kind, subject, arguments and the preview: the planned action a phone re-hashes
     arguments: Mapping[str, Any] | None = None
 
+    @property
+    def agent_asks(self) -> bool:
+        """Whether an agent's call waits on it: only then may the person answer "this wasn't me"."""
+        return self.invocation_id is not None
+
     def decided(self, status: ApprovalStatus, by: str, now: datetime) -> Approval:
         if self.status is not ApprovalStatus.PENDING:
             raise Conflict(f"This approval was decided already: {self.status.value}.")
@@ -85,36 +90,59 @@ def binding_code() -> str:
     return "".join(secrets.choice(_BINDING_ALPHABET) for _ in range(4))
 
 
-def render_preview(capability: Capability, arguments: Mapping[str, Any]) -> dict[str, Any]:
-    """``{kind, fields: [{label, value}]}`` from the real arguments, in the capability's own order, each
-    value whole and visible (``shown.shown``). Raises TooLongToShow for a preview too long to show."""
-    preview = _render(capability, arguments)
-    if sum(len(f["value"]) for f in preview["fields"]) > PREVIEW_MAX:
+YOUR_ASSISTANT = "your assistant"  # who asks, for an agent token minted without a name
+THE_DEVICE_ASKS = "the device asks for a yes"
+THE_POLICY_ASKS = "your gateway's policy asks you first"
+
+
+def why_asked(policy_asks: bool, policy_message: str) -> str:
+    """Why the person is asked, in their words: when the policy asks, its message (the rule's own
+    ``message``, or that it came from a message they received); else the device asks for a yes."""
+    if policy_asks:
+        return policy_message or THE_POLICY_ASKS
+    return THE_DEVICE_ASKS
+
+
+def render_preview(
+    capability: Capability, arguments: Mapping[str, Any], who: str = "", why: str = ""
+) -> dict[str, Any]:
+    """``{kind, title, description, who, why, fields: [{label, value}]}`` from the real arguments, in the
+    capability's own order, each value whole and visible (``shown.shown``); a boolean reads as the
+    manifest's ``true_label``/``false_label`` or yes/no. Raises TooLongToShow for a preview too long to
+    show."""
+    fields = _fields(capability, arguments)
+    if sum(len(f["value"]) for f in fields) > PREVIEW_MAX:
         raise TooLongToShow()
-    return preview
+    return {
+        "kind": capability.name,
+        "title": capability.shown_label,
+        "description": capability.description,
+        "who": who or YOUR_ASSISTANT,
+        "why": why,
+        "fields": fields,
+    }
 
 
-def _render(capability: Capability, arguments: Mapping[str, Any]) -> dict[str, Any]:
+def _fields(capability: Capability, arguments: Mapping[str, Any]) -> list[dict[str, str]]:
+    params = {p.name: p for p in capability.params}
+    order = [p.name for p in capability.params]
+    keys = [k for k in order if k in arguments] + [k for k in arguments if k not in order]
+    fields = []
+    for key in keys:
+        param = params.get(key)
+        value = arguments[key]
+        if isinstance(value, bool):
+            yes = (param.true_label if param else "") or "yes"
+            no = (param.false_label if param else "") or "no"
+            value = yes if value else no
+        fields.append({"label": param.shown_label if param else in_words(key), "value": _shown(value)})
+    return fields
+
+
+def prompt_for(device: Device, capability: Capability, who: str) -> str:
+    """One line the card leads with: who asks, what, and on which device (server-checked text only)."""
+    who = who or YOUR_ASSISTANT
+    who = who[:1].upper() + who[1:]
     if capability.name == SMS_SEND:
-        fields = [
-            {"label": "To", "value": _shown(arguments.get("to", ""))},
-            {"label": "Message", "value": _shown(arguments.get("body", ""))},
-        ]
-    elif capability.name == PHONE_ACTIONS:
-        fields = [
-            {"label": key.replace("_", " ").capitalize(), "value": _shown(value)}
-            for key, value in arguments.items()
-        ]
-    else:
-        order = [p.name for p in capability.params]
-        keys = [k for k in order if k in arguments] + [k for k in arguments if k not in order]
-        fields = [
-            {"label": key.replace("_", " ").capitalize(), "value": _shown(arguments[key])} for key in keys
-        ]
-    return {"kind": capability.name, "fields": fields}
-
-
-def prompt_for(device: Device, capability: Capability, agent_id: str) -> str:
-    """One line the card leads with; names only server-checked text (device name, capability, agent)."""
-    what = "send a text message" if capability.name == SMS_SEND else f"use {capability.name}"
-    return f"{agent_id or 'An agent'} asks to {what} on {device.name}."
+        return f"{who} asks to send a text message from {device.name}."
+    return f"{who} asks to use {device.name}: {capability.shown_label}."

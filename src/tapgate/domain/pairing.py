@@ -100,8 +100,10 @@ def claim(pairing: Pairing, code: PairingCode, device_uid: str, now: datetime) -
 
 
 def consent(pairing: Pairing, comparison_code: str, approved: bool, now: datetime) -> Pairing:
-    """The person's answer. A wrong comparison code counts an attempt and raises Forbidden; after
-    MAX_COMPARISON_ATTEMPTS the pairing is declined. Raises Gone (expired) or Conflict (not waiting)."""
+    """The person's answer. The code is taken as it is shown, with or without its space ("262 925"). A
+    wrong comparison code counts an attempt and raises Forbidden; after MAX_COMPARISON_ATTEMPTS the pairing
+    is declined. Raises Gone (expired) or Conflict (not waiting)."""
+    comparison_code = "".join(comparison_code.split())
     pairing = pairing.current(now)
     if pairing.status is PairingStatus.EXPIRED:
         raise Gone("This pairing has expired; start a new one.")

@@ -44,7 +44,9 @@ __all__ = [
 ]
 
 RP_NAME = "tapgate"
-ALGORITHMS = (-7, -8)  # ES256 (P-256) and EdDSA: the ones phones' platform authenticators make
+# ES256 (P-256) and EdDSA, which phones' platform authenticators make, and RS256 (Windows Hello, some
+# security keys).
+ALGORITHMS = (-7, -8, -257)
 
 
 class PasskeyRefused(Forbidden):

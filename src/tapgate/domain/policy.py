@@ -218,6 +218,7 @@ class PolicyDecision:
     reason: str
     rule: str  # the rule's name, ``profile:<key>``, or ``tapgate:…`` for tapgate's own decisions
     line: int = 0  # the rule's line in the file; 0 for the profile and tapgate's own decisions
+    message: str = ""  # why the person is asked, in their words (a rule's own message), if anything says
 
 
 @dataclass(frozen=True, slots=True)
@@ -249,7 +250,7 @@ class PolicyRule:
     def __post_init__(self) -> None:
         object.__setattr__(self, "applies_to", _compile(self.condition))
         object.__setattr__(
-            self, "outcome", PolicyDecision(self.decision, self._reason(), self.name, self.line)
+            self, "outcome", PolicyDecision(self.decision, self._reason(), self.name, self.line, self.message)
         )
 
     @property
@@ -303,7 +304,10 @@ def _profile_outcome(key: str, verdict: Verdict) -> PolicyDecision:
 _SHADOW = PolicyDecision(Verdict.BLOCK, "shadow runs may not use devices", SHADOW_RULE)
 _DEFAULT = PolicyDecision(Verdict.ALLOW, "no policy rule matches; the grant allows this call", DEFAULT_RULE)
 _UNTRUSTED = PolicyDecision(
-    Verdict.ASK, "this turn came from untrusted content, so the person is asked first", UNTRUSTED_RULE
+    Verdict.ASK,
+    "this turn came from untrusted content, so the person is asked first",
+    UNTRUSTED_RULE,
+    message="it came from a message you received",
 )
 
 

@@ -47,6 +47,7 @@ class Principal:
     device_id: str | None = None
     require_device_signature: bool | None = None
     expires_at: datetime | None = None
+    agent_name: str | None = None  # an agent: who asks, as the person's cards name it
 
     def expired(self, now: datetime) -> bool:
         return self.expires_at is not None and now >= self.expires_at

@@ -6,7 +6,9 @@ and capability names never hold ``__``, so a name splits back exactly. Names are
 
 from __future__ import annotations
 
+import difflib
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -44,6 +46,12 @@ class ToolName:
 
     def fits(self) -> bool:
         return len(str(self)) <= MAX_TOOL_NAME
+
+
+def meant(tool: str, names: Iterable[str]) -> str | None:
+    """The one of ``names`` that ``tool`` is most likely a typo of, or None when none is close."""
+    close = difflib.get_close_matches(tool, list(names), n=1, cutoff=0.8)
+    return close[0] if close else None
 
 
 def description(device: Device, capability: Capability) -> str:

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from tapgate.domain.accounts import Credential, Tenant, User
+from tapgate.domain.accounts import AGENT_NAME_MAX, Credential, Tenant, User
 from tapgate.domain.audit import AuditRecord
 from tapgate.domain.errors import InvalidInput, NotFound, Unauthenticated
 from tapgate.domain.ids import check_slug
@@ -73,9 +74,8 @@ async def create_operator_token(
     now = clock.now()
     expires_at = expiry(now, expires_in_seconds)
     issued = issue_token(TokenKind.OPERATOR, tenant_id)
+    await _tenant_exists(store, tenant_id)
     async with store.unit_of_work(tenant_id) as uow:
-        if await uow.tenants.get() is None:
-            raise NotFound(f"There is no tenant {tenant_id!r}; create it with 'tapgate tenant create'.")
         await uow.credentials.add(
             Credential(
                 tenant_id,
@@ -147,9 +147,11 @@ async def create_token(
     require_device_signature: bool | None = None,
     expires_in_seconds: int | None = None,
     console_session_id: str | None = None,
+    agent_name: str | None = None,
 ) -> NewToken:
     """Mint a user or agent token bound to ``user_id`` (made in the console session
-    ``console_session_id``, if so). Raises InvalidInput, NotFound."""
+    ``console_session_id``, if so; an agent token named ``agent_name`` on the person's cards, "your
+    assistant" if none). Raises InvalidInput, NotFound."""
     if kind not in (TokenKind.USER, TokenKind.AGENT):
         raise InvalidInput("kind", "kind must be 'user' or 'agent'; device tokens come from enrolment.")
     granted = _scopes_for(kind, scopes)
@@ -159,14 +161,21 @@ async def create_token(
             raise InvalidInput(
                 "require_device_signature", "require_device_signature applies to user tokens only."
             )
+        agent_name = _agent_name(agent_name)
     elif agent_id is not None:
         raise InvalidInput("agent_id", "agent_id applies to agent tokens only.")
+    elif agent_name is not None:
+        raise InvalidInput("agent_name", "agent_name applies to agent tokens only.")
     now = clock.now()
     expires_at = expiry(now, expires_in_seconds)
     issued = issue_token(kind, caller.tenant_id)
+    await _tenant_exists(store, caller.tenant_id)
     async with store.unit_of_work(caller.tenant_id) as uow:
         if await uow.users.get(user_id) is None:
-            raise NotFound(f"There is no user {user_id!r}; create it with POST /v1/users first.")
+            raise NotFound(
+                f"There is no user {user_id!r} in tenant {caller.tenant_id!r}; add them first with "
+                f"'tapgate user add --tenant {caller.tenant_id} {user_id}' (or POST /v1/users)."
+            )
         await uow.credentials.add(
             Credential(
                 caller.tenant_id,
@@ -180,6 +189,7 @@ async def create_token(
                 require_device_signature=require_device_signature,
                 expires_at=expires_at,
                 console_session_id=console_session_id,
+                agent_name=agent_name,
             )
         )
         data = {"kind": str(kind), "user_id": user_id, "scopes": " ".join(sorted(granted))}
@@ -195,6 +205,23 @@ async def create_token(
             now,
         )
     return NewToken(issued.token, kind, granted, issued.credential_id, expires_at)
+
+
+async def _tenant_exists(store: Store, tenant_id: str) -> None:
+    """Raise NotFound, naming the tenant ``tenant_id`` is most likely a typo of, unless it exists."""
+    async with store.unit_of_work(tenant_id) as uow:
+        if await uow.tenants.get() is not None:
+            return
+    close = difflib.get_close_matches(tenant_id, list(await store.tenant_ids()), n=1, cutoff=0.6)
+    hint = f"did you mean {close[0]!r}?" if close else "create it with 'tapgate tenant create'."
+    raise NotFound(f"There is no tenant {tenant_id!r}; {hint}")
+
+
+def _agent_name(name: str | None) -> str | None:
+    """An agent's name as the person's cards show it, or None for the default. Raises InvalidInput."""
+    if name is None or not name.strip():
+        return None
+    return check_display_text(" ".join(name.split()), "agent_name", AGENT_NAME_MAX)
 
 
 async def authenticate(store: Store, token: str) -> Principal:

@@ -11,7 +11,14 @@ from tapgate.domain.audit import AuditRecord
 from tapgate.domain.devices import Capability, Device
 from tapgate.domain.events import APPROVAL_REQUESTED
 from tapgate.domain.ids import new_id
-from tapgate.domain.inbox import Approval, ApprovalStatus, binding_code, prompt_for, render_preview
+from tapgate.domain.inbox import (
+    YOUR_ASSISTANT,
+    Approval,
+    ApprovalStatus,
+    binding_code,
+    prompt_for,
+    render_preview,
+)
 from tapgate.domain.invocations import Invocation, Status
 from tapgate.domain.principals import Principal
 from tapgate.ports import UnitOfWork
@@ -30,9 +37,12 @@ async def open_approval(
     rule: str,
     now: datetime,
     rule_line: int = 0,
+    why: str = "",
 ) -> Invocation:
-    """Write the waiting call and its approval, push it to every device that can sign, and journal it."""
-    preview = render_preview(capability, invocation.arguments)
+    """Write the waiting call and its approval, push it to every device that can sign, and journal it.
+    The card names who asks (the agent token's name) and ``why``."""
+    who = caller.agent_name or YOUR_ASSISTANT
+    preview = render_preview(capability, invocation.arguments, who, why)
     planned = action_sha256(invocation.tool, device.device_id, capability.name, invocation.arguments, preview)
     window = min(ctx.limits.approval_sign_ttl_seconds, ctx.limits.invocation_timeout_seconds)
     approval = Approval(
@@ -43,7 +53,7 @@ async def open_approval(
         invocation_id=invocation.invocation_id,
         kind=capability.name,
         subject=device.device_id,
-        prompt=prompt_for(device, capability, invocation.agent_id),
+        prompt=prompt_for(device, capability, who),
         preview=preview,
         sign=new_sign_block(planned, now, window),
         binding_code=binding_code(),

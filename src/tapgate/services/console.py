@@ -200,7 +200,6 @@ def _login_approval(
         "fields": [
             {"label": "Requested", "value": where},
             {"label": "Browser (as it says)", "value": sign_in.browser},
-            {"label": "Started", "value": sign_in.created_at.strftime("%H:%M UTC")},
             {"label": "Code on the console", "value": code},
         ],
     }

@@ -22,7 +22,7 @@ from tapgate.domain.console import PAUSED_REASON
 from tapgate.domain.devices import PHONE_ACTIONS, SMS_SEND, Capability, Device, DeviceStatus
 from tapgate.domain.errors import Conflict, InvalidInput, NotFound
 from tapgate.domain.ids import new_id
-from tapgate.domain.inbox import may_answer, render_preview
+from tapgate.domain.inbox import may_answer, render_preview, why_asked
 from tapgate.domain.invocations import (
     CONFIRMED_ON_DEVICE,
     TRUST,
@@ -41,7 +41,7 @@ from tapgate.domain.push import INVOCATION_PENDING
 from tapgate.domain.secret_scan import SecretRefused, check_outbound
 from tapgate.domain.sessions import Session, SessionKind
 from tapgate.domain.shown import TOO_LONG, TooLongToShow
-from tapgate.domain.tools import PHONE_ACTION, ToolName
+from tapgate.domain.tools import PHONE_ACTION, ToolName, meant
 from tapgate.ports import UnitOfWork, Woken
 from tapgate.services import mandates
 from tapgate.services.asking import open_approval
@@ -366,14 +366,15 @@ async def _chain(
             ctx, caller, call, device, capability, payload, invocation_id, digest, now, origin
         )
         # the agent reads which rule asks the person, and that a mandate could spare them the next ask
-        why = (
+        reason = (
             f"[policy] {decision.reason}" if decision.verdict is Verdict.ASK else "[confirm] the device asks"
         )
         if origin == "owner" and capability.name != PHONE_ACTIONS:
-            why = f"{why}; {COVERABLE_HINT}"
-        waiting = replace(waiting, reason=why)
+            reason = f"{reason}; {COVERABLE_HINT}"
+        waiting = replace(waiting, reason=reason)
+        why = why_asked(decision.verdict is Verdict.ASK, decision.message)
         opened = await open_approval(
-            ctx, uow, caller, waiting, device, capability, approvers, decision.rule, now, decision.line
+            ctx, uow, caller, waiting, device, capability, approvers, decision.rule, now, decision.line, why
         )
         return opened, online
     # 10. Deliver: the pending row, its journal entry and its wake-up, in one transaction.
@@ -480,16 +481,30 @@ async def _resolve(
         assert declared is not None
         return device, declared.capability
     if name is None:
-        raise _deny("unknown tool")
+        raise await _unknown(uow, user_id, call.tool)
     if found is None:
         if await uow.devices.ever(user_id, name.device_id):
             raise _deny(f"device revoked: the person removed {name.device_id}; its tools are gone")
-        raise _deny("unknown tool")
+        raise await _unknown(uow, user_id, call.tool)
     _usable(found)
     declared = found.declared(name.capability)
     if declared is None or not declared.capability.device_tool:  # phone_actions, approvals: never tools
-        raise _deny("unknown tool")
+        raise await _unknown(uow, user_id, call.tool)
     return found, declared.capability
+
+
+async def _unknown(uow: UnitOfWork, user_id: str, tool: str) -> _Refusal:
+    """``unknown tool``, with the tool of this person's the name is most likely a typo of: only tools
+    this agent may list itself (another person's never)."""
+    names = [
+        str(ToolName(device.device_id, capability.name))
+        for device in await uow.devices.list(user_id)
+        if device.status is DeviceStatus.ACTIVE
+        for capability in device.granted()
+        if capability.device_tool
+    ]
+    guess = meant(tool, names)
+    return _deny(f"unknown tool; did you mean {guess}?" if guess else "unknown tool")
 
 
 def _usable(device: Device) -> None:

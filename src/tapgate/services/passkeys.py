@@ -122,7 +122,7 @@ async def check_decision(
         own = await uow.passkeys.required(approval.user_id)
         required = ctx.limits.require_user_verification if own is None else own
         if required:
-            raise PasskeyRefused("no assertion")
+            raise PasskeyRefused("no passkey came with the decision, and this person's decisions need one")
         return None
     if not isinstance(assertion, Mapping):
         raise InvalidInput("passkey", "passkey must be the assertion object the browser returned.")

@@ -48,6 +48,8 @@ function show(screen) {
   for (const section of document.querySelectorAll(".screen")) section.hidden = section.id !== `screen-${screen}`;
 }
 
+const SIGN_IN_NOTICE = "Sign in to the console? Check that the code below is the one the console shows, then approve.";
+
 function notify(text) {
   const notice = $("notice");
   notice.textContent = text || "";
@@ -81,6 +83,15 @@ function element(tag, className, text) {
   if (className) node.className = className;
   if (text !== undefined) node.textContent = text;
   return node;
+}
+
+function textOf(value) {
+  return typeof value === "string" ? value : "";
+}
+
+function showLine(box, slot, value) {
+  slot.textContent = textOf(value);
+  box.hidden = !textOf(value);
 }
 
 function fillFields(list, fields) {
@@ -147,7 +158,8 @@ async function askConsoleSignIn() {
   }
   const reply = await request("POST", `/v1/console/sign-ins/${signIn}/ask`, { token: device.token });
   if (reply.ok) {
-    notify("Sign in to the console? Check that the code below is the one the console shows, then approve.");
+    // Until its card arrives: the card says the same and more (it may be here already, by the link).
+    if (![...approvalCards.values()].some((entry) => entry.kind === "console_login")) notify(SIGN_IN_NOTICE);
     wake();
   } else {
     notify(errorMessage(reply, "The console sign-in could not be opened; reload the console and scan again."));
@@ -788,17 +800,26 @@ const CARD_TITLES = new Map([["device_pair", "New device"], ["grant", "A device 
 
 function addApproval(approval) {
   if (approvalCards.has(approval.id)) return;
+  // The sign-in's own card says the same and more: the notice that announced it goes once it is here.
+  if (approval.kind === "console_login" && $("notice").textContent === SIGN_IN_NOTICE) notify("");
   const card = cardFrom("approval-card");
   card.dataset.id = approval.id;
-  const title = CARD_TITLES.get(approval.kind) || humanize(approval.kind);
+  const shown = approval.preview || {};
+  const title = CARD_TITLES.get(approval.kind) || textOf(shown.title) || humanize(approval.kind);
   card.querySelector(".card-title").textContent = title;
   card.querySelector(".card-summary").textContent = approval.prompt;
-  const preview = approval.preview && Array.isArray(approval.preview.fields) ? approval.preview.fields : [];
+  showLine(card.querySelector(".card-description"), card.querySelector(".card-description"), shown.description);
+  showLine(card.querySelector(".card-why"), card.querySelector(".why-text"), shown.why);
+  const preview = Array.isArray(shown.fields) ? shown.fields : [];
   fillFields(card.querySelector(".fields"), preview.map((f) => ({ label: String(f.label), value: String(f.value) })));
   showBinding(card, approval.binding_code);
   const until = clock(approval.expires_at);
-  card.querySelector(".card-expiry").textContent = until ? `Answer by ${until}` : "";
-  const entry = { card, title, added: performance.now(), timer: 0, busy: false };
+  card.querySelector(".card-expiry").textContent = until ? `answer by ${until}` : "";
+  // "This wasn't me" pauses the agent that asked: only a card an agent's call waits on offers it.
+  const agentAsks = approval.agent_asks === true;
+  card.querySelector(".not-me").hidden = !agentAsks;
+  card.querySelector(".not-me-hint").hidden = !agentAsks;
+  const entry = { card, title, kind: approval.kind, added: performance.now(), timer: 0, busy: false };
   card.querySelector(".confirm").addEventListener("click", () => decide(approval, entry, "approved", false));
   card.querySelector(".decline").addEventListener("click", () => decide(approval, entry, "denied", false));
   card.querySelector(".not-me").addEventListener("click", () => decide(approval, entry, "denied", true));

@@ -86,6 +86,7 @@ class SqlCredentials(Repo):
             "expires_at": credential.expires_at,
             "last_used_at": credential.last_used_at,
             "console_session_id": credential.console_session_id,
+            "agent_name": credential.agent_name,
         }
         await self._insert(t.credentials, row, "That credential exists already.")
 
@@ -157,6 +158,7 @@ def _credential(row: Any) -> Credential:
         expires_at=row.expires_at,
         last_used_at=row.last_used_at,
         console_session_id=row.console_session_id,
+        agent_name=row.agent_name,
     )
 
 

@@ -106,6 +106,7 @@ credentials = Table(
     Column("expires_at", UtcDateTime),
     Column("last_used_at", UtcDateTime),  # written at most once a minute per token, in batches
     Column("console_session_id", String(16)),  # an agent token made in the console: the session that made it
+    Column("agent_name", String(40)),  # an agent token: who asks, as the person's cards name it
     ForeignKeyConstraint(["tenant_id"], ["tenants.tenant_id"], ondelete="CASCADE"),
     ForeignKeyConstraint(["tenant_id", "user_id"], ["users.tenant_id", "users.user_id"], ondelete="CASCADE"),
     Index("credentials_user", "tenant_id", "user_id"),

@@ -501,7 +501,10 @@ async def agent_token(request: Request) -> Response:
         if expiry not in choices:
             raise InvalidInput("expires", f"expires must be one of {', '.join(choices)}.")
         agent_id = fields.get("agent_id", "").strip()
-        created = await gw.create_agent_token(who.session, agent_id, chosen or None, choices[expiry][1])
+        agent_name = fields.get("agent_name", "").strip() or None
+        created = await gw.create_agent_token(
+            who.session, agent_id, chosen or None, choices[expiry][1], agent_name
+        )
         return await _agents_page(request, who, created, agent_id)
 
     return await _guard(request, run)

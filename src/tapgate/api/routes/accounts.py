@@ -32,6 +32,7 @@ async def create_token(user_id: str, body: NewToken, caller: Caller, gw: Gateway
         body.agent_id,
         body.require_device_signature,
         body.expires_in_seconds,
+        body.agent_name,
     )
     return TokenView(
         token=new.token,

@@ -30,6 +30,7 @@ def _listed(listed: Sequence[ListedToken]) -> TokenList:
                 last_used_at=c.last_used_at,
                 signed_in_by=c.signed_in_by,
                 console_session_id=c.console_session_id,
+                agent_name=c.agent_name,
             )
             for c in listed
         ]

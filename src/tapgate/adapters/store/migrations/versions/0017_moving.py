@@ -2,7 +2,7 @@
 `serve --move` moved it), and a device paired by the browser app says so (its key lives on one origin).
 
 Revision ID: 0017
-Revises: 0015
+Revises: 0016
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from alembic import op
 from tapgate.adapters.store.tables import UtcDateTime
 
 revision = "0017"
-down_revision = "0015"
+down_revision = "0016"
 branch_labels = None
 depends_on = None
 

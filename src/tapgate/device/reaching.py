@@ -1,0 +1,50 @@
+"""Why the terminal phone could not reach a gateway, in words that say what to change."""
+
+from __future__ import annotations
+
+import socket
+import ssl
+
+import httpx
+
+from tapgate.trust import untrusted_line
+
+__all__ = ["unreachable"]
+
+_PROBE_SECONDS = 3.0
+
+
+def _speaks_tls(host: str, port: int) -> bool:
+    """Whether something at ``host:port`` completes a TLS handshake (its certificate is not checked)."""
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    try:
+        with (
+            socket.create_connection((host, port), timeout=_PROBE_SECONDS) as raw,
+            context.wrap_socket(raw, server_hostname=host),
+        ):
+            return True
+    except (OSError, ssl.SSLError):
+        return False
+
+
+def unreachable(url: str, error: Exception) -> str:
+    """What to tell the person when a request to ``url`` failed with ``error``: an untrusted certificate
+    says so and what to pass; plain ``http://`` sent to a port that answers only HTTPS says so and gives
+    the https address."""
+    line = untrusted_line(error)
+    if line is not None:
+        return line
+    parsed = httpx.URL(url)
+    if (
+        parsed.scheme == "http"
+        and isinstance(error, httpx.RemoteProtocolError)
+        and _speaks_tls(parsed.host, parsed.port or 80)
+    ):
+        https = parsed.copy_with(scheme="https")
+        return (
+            f"The gateway at {parsed.host}:{parsed.port or 80} answers HTTPS, not plain http: use {https} "
+            "(with --ca-file if its certificate is your own)."
+        )
+    return f"The gateway at {url} cannot be reached ({type(error).__name__}); check the URL and that it runs."
