@@ -52,6 +52,8 @@ _SIDES: dict[str, dict[str, str]] = {
     }
     for side in ("floor-sqlite", "sqlite", "floor-postgres", "postgres")
 } | {"postgres-2": {"throughput": "throughput-postgres-2"}}  # judged against one worker: in its turns
+# A call under a standing mandate, judged against an allowed call on the same server: in its turns.
+_SIDES["sqlite"]["roundtrip-ws-mandate"] = "roundtrip-ws-sqlite-mandate"
 
 
 @dataclass
@@ -184,10 +186,15 @@ class _Side:
     key: str  # of _SIDES
     served: Served
     pairs: list[seed.Pair]
+    covered: seed.Pair | None = None  # an agent whose calls a standing mandate covers
 
     def measure(self, stage: Stage, kind: str, name: str) -> Callable[[], Awaitable[Row]]:
         if kind == "throughput":
             return lambda: scenarios.throughput(stage, name, self.served, self.pairs)
+        if kind == "roundtrip-ws-mandate":
+            assert self.covered is not None
+            covered = self.covered
+            return lambda: scenarios.roundtrip(stage, name, self.served, covered, "ws", covered=True)
         device = kind.removeprefix("roundtrip-")
         return lambda: scenarios.roundtrip(stage, name, self.served, self.pairs[0], device)
 
@@ -344,7 +351,12 @@ class Bench:
                 self.say("tapgate on SQLite, one worker")
                 served, _, tenant = await held.enter_async_context(self.sqlite("invocations"))
                 pairs = await seed.tapgate_pairs(served.url, tenant, max(1, self.sizes.pairs))
-                sides.append(_Side("sqlite", served, pairs))
+                covered = None
+                if "roundtrip-ws-sqlite-mandate" in want:
+                    sizes = self.sizes
+                    calls = sizes.turns * (sizes.roundtrip_warmup + sizes.roundtrip_count)
+                    covered = await seed.mandated_pair(served.url, tenant, calls)
+                sides.append(_Side("sqlite", served, pairs, covered))
             await self.in_turns(want, sides)
 
     async def in_turns(self, want: set[str], sides: list[_Side]) -> None:
@@ -353,7 +365,7 @@ class Bench:
         trips, then the long-poll ones, then throughput). Each row keeps its median turn, so a burst of
         other work on a shared machine moves one turn of one row, not a ratio."""
         measures: list[tuple[str, Callable[[], Awaitable[Row]]]] = []
-        for kind in ("roundtrip-ws", "roundtrip-lp", "throughput"):
+        for kind in ("roundtrip-ws", "roundtrip-ws-mandate", "roundtrip-lp", "throughput"):
             for side in sides:
                 name = _SIDES[side.key].get(kind)
                 if name in want and name is not None:
