@@ -115,6 +115,14 @@ SPECS: list[Spec] = [
         durable="roundtrip-ws-floor-postgres",
     ),
     Spec(
+        "roundtrip-ws-postgres-mandate",
+        "Round trip, WebSocket device, PostgreSQL, under a standing mandate",
+        "ms",
+        "roundtrip-ws-postgres",
+        _MANDATE,
+        True,
+    ),
+    Spec(
         "roundtrip-lp-postgres",
         "Round trip, long-poll device, PostgreSQL",
         "ms",

@@ -53,7 +53,8 @@ _SIDES: dict[str, dict[str, str]] = {
     for side in ("floor-sqlite", "sqlite", "floor-postgres", "postgres")
 } | {"postgres-2": {"throughput": "throughput-postgres-2"}}  # judged against one worker: in its turns
 # A call under a standing mandate, judged against an allowed call on the same server: in its turns.
-_SIDES["sqlite"]["roundtrip-ws-mandate"] = "roundtrip-ws-sqlite-mandate"
+for _engine in ("sqlite", "postgres"):
+    _SIDES[_engine]["roundtrip-ws-mandate"] = f"roundtrip-ws-{_engine}-mandate"
 
 
 @dataclass
@@ -351,13 +352,21 @@ class Bench:
                 self.say("tapgate on SQLite, one worker")
                 served, _, tenant = await held.enter_async_context(self.sqlite("invocations"))
                 pairs = await seed.tapgate_pairs(served.url, tenant, max(1, self.sizes.pairs))
-                covered = None
-                if "roundtrip-ws-sqlite-mandate" in want:
-                    sizes = self.sizes
-                    calls = sizes.turns * (sizes.roundtrip_warmup + sizes.roundtrip_count)
-                    covered = await seed.mandated_pair(served.url, tenant, calls)
+                covered = await self.covered(want, "sqlite", served, tenant)
                 sides.append(_Side("sqlite", served, pairs, covered))
             await self.in_turns(want, sides)
+
+    async def covered(
+        self, want: set[str], side: str, served: Served, tenant: seed.Tenant
+    ) -> seed.Pair | None:
+        """The agent whose calls standing mandates cover, seeded on ``served`` if its row is wanted, with
+        uses enough for every turn's warm-up and calls."""
+        if _SIDES[side]["roundtrip-ws-mandate"] not in want:
+            return None
+        sizes = self.sizes
+        return await seed.mandated_pair(
+            served.url, tenant, sizes.turns * (sizes.roundtrip_warmup + sizes.roundtrip_count)
+        )
 
     async def in_turns(self, want: set[str], sides: list[_Side]) -> None:
         """Each wanted row of ``sides`` (servers running at once), measured ``turns`` times: a turn takes
@@ -413,7 +422,8 @@ class Bench:
                         self.stage.serving(Served.tapgate("postgres-1", config, self.stage.logs))
                     )
                     pairs = await seed.tapgate_pairs(one.url, tenant, max(1, self.sizes.pairs))
-                    sides.append(_Side("postgres", one, pairs))
+                    covered = await self.covered(want, "postgres", one, tenant)
+                    sides.append(_Side("postgres", one, pairs, covered))
                 if "throughput-postgres-2" in want:
                     self.say("tapgate on PostgreSQL, two workers (the same database)")
                     served = Served.tapgate("postgres-2", config, self.stage.logs, workers=2)
