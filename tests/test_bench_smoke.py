@@ -43,6 +43,11 @@ def test_the_smoke_run_measures_every_sqlite_row_and_skips_postgres_saying_why(t
     assert rows["idle-ws"]["detail"]["connected"] == 20
     assert rows["idle-lp"]["detail"]["connected"] == 20
     assert rows["roundtrip-ws-sqlite"]["detail"]["errors"] == {}
+    # every timed call of the mandate row went through a standing mandate instead of asking, and it is
+    # judged against the allowed call measured on the same server
+    assert rows["roundtrip-ws-sqlite-mandate"]["detail"]["errors"] == {}
+    assert rows["roundtrip-ws-sqlite-mandate"]["reference"] == "roundtrip-ws-sqlite"
+    assert rows["roundtrip-ws-sqlite-mandate"]["detail"]["db_per_round_trip"]["writing"] > 0
     # the durable floor is measured beside tapgate, and each call's database work is counted
     assert rows["roundtrip-ws-sqlite"]["durable_ratio"] > 0
     assert rows["roundtrip-ws-sqlite"]["detail"]["db_per_round_trip"]["writing"] > 0
@@ -67,6 +72,12 @@ def test_only_names_a_row_with_the_rows_it_is_a_ratio_to() -> None:
         "throughput-floor-postgres",
         "throughput-postgres-1",
         "throughput-postgres-2",
+    ]
+    assert [s.name for s in select(["roundtrip-ws-sqlite-mandate"])] == [
+        "roundtrip-ws-floor",
+        "roundtrip-ws-floor-sqlite",
+        "roundtrip-ws-sqlite",
+        "roundtrip-ws-sqlite-mandate",
     ]
     assert {s.name for s in select(["roundtrip-ws-sqlite", "roundtrip-lp-sqlite"])} == {
         "roundtrip-ws-floor",

@@ -30,6 +30,7 @@ POLL_WAIT = 25  # seconds a busy long-polling device waits per fetch
 IDLE_POLL_WAIT = 60  # the longest long-poll the API allows: an idle device asks as seldom as it can
 CONNECT_TIMEOUT = 30.0
 LINE_LIMIT = 1 << 26  # a job line carries up to 10,000 device tokens
+UNCOVERED = "invoke done without a mandate"  # a covered round trip's call that no mandate covered
 
 
 def emit(event: str, **data: Any) -> None:
@@ -143,8 +144,9 @@ class Device:
 class Agent:
     """An agent that invokes one tool with a wait, again and again, timing each complete round trip."""
 
-    def __init__(self, target: Target, token: str, tool: str) -> None:
+    def __init__(self, target: Target, token: str, tool: str, covered: bool = False) -> None:
         self.target, self.token = target, token
+        self.covered = covered  # each call must go through a standing mandate, or it is not timed
         self.body = json.dumps({"tool": tool, "arguments": {"on": True}, "wait": INVOKE_WAIT}).encode()
         self.errors: Counter[str] = Counter()
         self.connection: HttpConnection | None = None
@@ -158,9 +160,13 @@ class Agent:
         started = time.perf_counter()
         r = await self.connection.request("POST", "/v1/invocations", self.token, self.body, INVOKE_WAIT + 10)
         elapsed = time.perf_counter() - started
-        status = json.loads(r.body).get("status") if r.status == 200 else r.status
+        view = json.loads(r.body) if r.status == 200 else {}
+        status = view.get("status") if r.status == 200 else r.status
         if status != "done":
             self.errors[f"invoke {status}"] += 1
+            return None
+        if self.covered and not view.get("mandate_id"):
+            self.errors[UNCOVERED] += 1
             return None
         return elapsed
 
@@ -181,7 +187,7 @@ async def roundtrip(job: dict[str, Any], stdin: Stdin) -> dict[str, Any]:
     target = Target.of(job["url"])
     [pair] = job["pairs"]
     device = Device(target, pair["device_token"], job["device"])
-    agent = Agent(target, pair["agent_token"], pair["tool"])
+    agent = Agent(target, pair["agent_token"], pair["tool"], bool(job.get("covered")))
     await device.start()
     await agent.start()
     emit("ready")

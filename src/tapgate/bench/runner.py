@@ -52,6 +52,9 @@ _SIDES: dict[str, dict[str, str]] = {
     }
     for side in ("floor-sqlite", "sqlite", "floor-postgres", "postgres")
 } | {"postgres-2": {"throughput": "throughput-postgres-2"}}  # judged against one worker: in its turns
+# A call under a standing mandate, judged against an allowed call on the same server: in its turns.
+for _engine in ("sqlite", "postgres"):
+    _SIDES[_engine]["roundtrip-ws-mandate"] = f"roundtrip-ws-{_engine}-mandate"
 
 
 @dataclass
@@ -184,10 +187,15 @@ class _Side:
     key: str  # of _SIDES
     served: Served
     pairs: list[seed.Pair]
+    covered: seed.Pair | None = None  # an agent whose calls a standing mandate covers
 
     def measure(self, stage: Stage, kind: str, name: str) -> Callable[[], Awaitable[Row]]:
         if kind == "throughput":
             return lambda: scenarios.throughput(stage, name, self.served, self.pairs)
+        if kind == "roundtrip-ws-mandate":
+            assert self.covered is not None
+            covered = self.covered
+            return lambda: scenarios.roundtrip(stage, name, self.served, covered, "ws", covered=True)
         device = kind.removeprefix("roundtrip-")
         return lambda: scenarios.roundtrip(stage, name, self.served, self.pairs[0], device)
 
@@ -344,8 +352,21 @@ class Bench:
                 self.say("tapgate on SQLite, one worker")
                 served, _, tenant = await held.enter_async_context(self.sqlite("invocations"))
                 pairs = await seed.tapgate_pairs(served.url, tenant, max(1, self.sizes.pairs))
-                sides.append(_Side("sqlite", served, pairs))
+                covered = await self.covered(want, "sqlite", served, tenant)
+                sides.append(_Side("sqlite", served, pairs, covered))
             await self.in_turns(want, sides)
+
+    async def covered(
+        self, want: set[str], side: str, served: Served, tenant: seed.Tenant
+    ) -> seed.Pair | None:
+        """The agent whose calls standing mandates cover, seeded on ``served`` if its row is wanted, with
+        uses enough for every turn's warm-up and calls."""
+        if _SIDES[side]["roundtrip-ws-mandate"] not in want:
+            return None
+        sizes = self.sizes
+        return await seed.mandated_pair(
+            served.url, tenant, sizes.turns * (sizes.roundtrip_warmup + sizes.roundtrip_count)
+        )
 
     async def in_turns(self, want: set[str], sides: list[_Side]) -> None:
         """Each wanted row of ``sides`` (servers running at once), measured ``turns`` times: a turn takes
@@ -353,7 +374,7 @@ class Bench:
         trips, then the long-poll ones, then throughput). Each row keeps its median turn, so a burst of
         other work on a shared machine moves one turn of one row, not a ratio."""
         measures: list[tuple[str, Callable[[], Awaitable[Row]]]] = []
-        for kind in ("roundtrip-ws", "roundtrip-lp", "throughput"):
+        for kind in ("roundtrip-ws", "roundtrip-ws-mandate", "roundtrip-lp", "throughput"):
             for side in sides:
                 name = _SIDES[side.key].get(kind)
                 if name in want and name is not None:
@@ -401,7 +422,8 @@ class Bench:
                         self.stage.serving(Served.tapgate("postgres-1", config, self.stage.logs))
                     )
                     pairs = await seed.tapgate_pairs(one.url, tenant, max(1, self.sizes.pairs))
-                    sides.append(_Side("postgres", one, pairs))
+                    covered = await self.covered(want, "postgres", one, tenant)
+                    sides.append(_Side("postgres", one, pairs, covered))
                 if "throughput-postgres-2" in want:
                     self.say("tapgate on PostgreSQL, two workers (the same database)")
                     served = Served.tapgate("postgres-2", config, self.stage.logs, workers=2)

@@ -18,6 +18,7 @@ from typing import Any
 import psutil
 
 from tapgate.bench import profile
+from tapgate.bench.client import UNCOVERED
 from tapgate.bench.meter import Meter, rss_bytes
 from tapgate.bench.rows import BY_NAME, Row
 from tapgate.bench.seed import Pair
@@ -126,8 +127,12 @@ def per_call(before: dict[str, float] | None, after: dict[str, float] | None, ca
     return {key: round((after[key] - before[key]) / calls, 2) for key in _DB_METRICS.values()}
 
 
-async def roundtrip(stage: Stage, name: str, served: Served, pair: Pair, device: str) -> Row:
-    """One agent and one device, one invocation at a time: p50 and p99 of the complete round trip."""
+async def roundtrip(
+    stage: Stage, name: str, served: Served, pair: Pair, device: str, covered: bool = False
+) -> Row:
+    """One agent and one device, one invocation at a time: p50 and p99 of the complete round trip.
+    ``covered``: every call must go through a standing mandate (its view carries ``mandate_id``); a call
+    that did not is not timed, and the row is not reported."""
     sizes = stage.sizes
     job = {
         "mode": "roundtrip",
@@ -136,6 +141,7 @@ async def roundtrip(stage: Stage, name: str, served: Served, pair: Pair, device:
         "device": device,
         "warmup": sizes.roundtrip_warmup,
         "count": sizes.roundtrip_count,
+        "covered": covered,
     }
     async with stage.load([job], name) as [client]:
         await client.expect("ready", 60)
@@ -164,7 +170,10 @@ async def roundtrip(stage: Stage, name: str, served: Served, pair: Pair, device:
         **_profile_of(stage, name, served),
     }
     row = Row(BY_NAME[name], cpu=cpu, detail=detail)
-    if latencies:
+    uncovered = result["errors"].get(UNCOVERED, 0)
+    if covered and uncovered:
+        row.skipped = f"{uncovered} of its calls went through without a mandate: {result['errors']}"
+    elif latencies:
         row.value, row.p99 = detail["p50_ms"], detail["p99_ms"]
     else:
         row.skipped = f"no round trip completed: {result['errors']}"

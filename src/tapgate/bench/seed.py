@@ -31,6 +31,8 @@ DOOR: dict[str, Any] = LAMP | {
     "description": "Unlock the front door.",
     "confirm": True,
 }
+CONFIRMED_LAMP: dict[str, Any] = LAMP | {"confirm": True}  # asks every call, unless a mandate covers it
+MANDATE_CALLS = 1000  # the most one mandate allows
 DEVICES_PER_USER = 10  # DESIGN's default limit: the bench's people own no more than real ones may
 
 
@@ -129,6 +131,67 @@ async def tapgate_pairs(url: str, tenant: Tenant, count: int, concurrency: int =
     async with httpx.AsyncClient(base_url=url, timeout=30) as client:
         operator = Operator(client, tenant.operator_token)
         return list(await asyncio.gather(*(one(operator, n) for n in range(count))))
+
+
+async def _sign_open_cards(client: httpx.AsyncClient, phone: str, key: ec.EllipticCurvePrivateKey) -> int:
+    """The phone signs ``approved`` on every card in its inbox, as the person would; how many."""
+    from tapgate.domain.approvals import sign_decision, signed_text
+
+    r = await client.get("/v1/inbox", headers={"Authorization": f"Bearer {phone}"})
+    r.raise_for_status()
+    signed = 0
+    for approval in r.json()["approvals"]:
+        sign = approval["sign"]
+        text = signed_text(
+            sign["format"],
+            approval["id"],
+            "approved",
+            approval["kind"],
+            approval["subject"],
+            sign["action_sha256"],
+            sign["challenge"],
+            sign["expires_at"],
+        )
+        body = {"decision": "approved", "device_id": "phone", "signature": sign_decision(key, text)}
+        answer = await client.post(
+            f"/v1/approvals/{approval['id']}", json=body, headers={"Authorization": f"Bearer {phone}"}
+        )
+        if answer.status_code != 200:
+            raise RuntimeError(f"a card was not signed: {answer.status_code} {answer.text[:300]}")
+        signed += 1
+    return signed
+
+
+async def mandated_pair(url: str, tenant: Tenant, calls: int) -> Pair:
+    """A person whose lamp asks before every call (``confirm``), an agent, and enough signed standing
+    mandates (1,000 calls each, the most one allows) to cover ``calls`` of the agent's calls to it: every
+    call goes through a mandate instead of a card. The mandates are asked over HTTP by the agent and
+    signed by the person's approver phone, as a person would."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    tool = "device__lamp__set_light"
+    async with httpx.AsyncClient(base_url=url, timeout=30) as client:
+        operator = Operator(client, tenant.operator_token)
+        user = "mandator"
+        await operator.user(user)
+        agent = await operator.token(user, "agent")
+        device = await operator.enrol(user, device_body("lamp", [CONFIRMED_LAMP], public_key(key)))
+        phone = await operator.enrol(user, device_body("phone", [{"name": "approvals"}], public_key(key)))
+        mandates = max(1, -(-calls // MANDATE_CALLS))
+        body = {
+            "tools": [tool],
+            "constraints": {"on": {"one_of": [True, False]}},
+            "max_calls": MANDATE_CALLS,
+            "expires_in_seconds": 24 * 3600,
+            "purpose": "the bench's covered round trips",
+        }
+        for _ in range(mandates):
+            r = await client.post("/v1/mandates", json=body, headers={"Authorization": f"Bearer {agent}"})
+            if r.status_code != 202:
+                raise RuntimeError(f"a mandate was not asked: {r.status_code} {r.text[:300]}")
+        signed = await _sign_open_cards(client, phone, key)
+        if signed != mandates:
+            raise RuntimeError(f"{signed} mandate cards signed of the {mandates} asked")
+    return Pair(agent, device, tool)
 
 
 async def floor_pairs(url: str, count: int) -> list[Pair]:
