@@ -166,7 +166,8 @@ async def _record(
         now,
     )
     uow.notify(events_key(mandate.tenant_id, mandate.user_id))
-    uow.notify(inbox_key(mandate.tenant_id, mandate.user_id))
+    if event != MANDATE_USED:  # a use changes no card and no live mandate: the devices need not look again
+        uow.notify(inbox_key(mandate.tenant_id, mandate.user_id))
 
 
 def require_signature(approval: Approval, signed: bool) -> None:
