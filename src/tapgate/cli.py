@@ -376,7 +376,7 @@ def _serve_gateway(
         port=port,
         workers=workers,
         **UVICORN_OPTIONS,
-        # Bounded resources (DESIGN §15): each process sets BoundedHttp's limits from its settings.
+        # Bounded resources: each process sets BoundedHttp's limits from its settings.
         http=BoundedHttp,
         h11_max_incomplete_event_size=settings.max_header_bytes,
         ws_max_size=settings.ws_max_frame_bytes,
