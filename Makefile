@@ -19,8 +19,8 @@ demo: $(STAMP)
 test: lint typecheck layers unit
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests examples
-	$(BIN)/ruff format --check src tests examples
+	$(BIN)/ruff check src tests examples bench
+	$(BIN)/ruff format --check src tests examples bench
 
 typecheck: $(STAMP)
 	$(BIN)/mypy

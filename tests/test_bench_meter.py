@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from tapgate.bench.meter import Meter, Snapshot
+from bench.meter import Meter, Snapshot
 
 
 def test_a_process_that_ends_or_starts_in_the_window_leaves_its_group_whole() -> None:

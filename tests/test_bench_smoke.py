@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from tapgate.bench.profile import parts, summarize
-from tapgate.bench.rows import BY_NAME, SPECS, Row, select
-from tapgate.bench.runner import median_turn, targets
-from tapgate.bench.scenarios import cpu_per_call
+from bench.profile import parts, summarize
+from bench.rows import BY_NAME, SPECS, Row, select
+from bench.runner import median_turn, targets
+from bench.scenarios import cpu_per_call
 from tests.conftest import ADMIN_URL, PostgresDatabase
 
 
@@ -324,9 +324,9 @@ def test_a_profiled_row_measured_in_turns_keeps_the_profile_and_parts_of_the_tur
 
 
 def _calls(*args: str, timeout: int = 300) -> subprocess.CompletedProcess[str]:
-    """``python -m tapgate.bench.calls`` with ``args``, as a user runs it."""
+    """``python -m bench.calls`` with ``args``, as a user runs it."""
     return subprocess.run(
-        [sys.executable, "-m", "tapgate.bench.calls", *args],
+        [sys.executable, "-m", "bench.calls", *args],
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -335,7 +335,7 @@ def _calls(*args: str, timeout: int = 300) -> subprocess.CompletedProcess[str]:
 
 
 def test_the_in_process_calls_run_through_the_gateway_and_say_what_the_store_counted() -> None:
-    """``tapgate.bench.calls``, what callgrind counts instructions over: the calls are real ones (two
+    """``bench.calls``, what callgrind counts instructions over: the calls are real ones (two
     writing transactions each, no more statements than this round left a call; fewer commits with calls
     in flight at once), and a bad count is refused."""
     run = _calls("--calls", "40")
@@ -363,7 +363,7 @@ def test_the_in_process_calls_run_through_the_gateway_and_say_what_the_store_cou
 def test_the_in_process_calls_run_on_postgresql_and_say_what_postgresql_spent(
     postgres: PostgresDatabase,
 ) -> None:
-    """``tapgate.bench.calls --postgres``: the same calls on a fresh PostgreSQL database it makes and
+    """``bench.calls --postgres``: the same calls on a fresh PostgreSQL database it makes and
     drops, with PostgreSQL's CPU a call beside the process's own."""
     run = _calls("--calls", "5", "--postgres", ADMIN_URL)
     assert run.returncode == 0, run.stdout + run.stderr

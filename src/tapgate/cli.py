@@ -739,9 +739,9 @@ def bench(
     results.json and results.png."""
     from rich.console import Console
 
-    from tapgate.bench import report, rows
-    from tapgate.bench.runner import DEFAULT_POSTGRES_ADMIN, Options, run
-    from tapgate.bench.stage import FULL, QUICK, SMOKE
+    from bench import report, rows
+    from bench.runner import DEFAULT_POSTGRES_ADMIN, Options, run
+    from bench.stage import FULL, QUICK, SMOKE
 
     if quick and smoke:
         typer.echo("Choose one of --quick and --smoke.", err=True)
@@ -753,7 +753,7 @@ def bench(
         except (OSError, ValueError) as e:
             raise fail(f"--compare {compare} is not a results.json this bench wrote: {e}.") from None
     if profile:
-        from tapgate.bench.profile import py_spy
+        from bench.profile import py_spy
 
         if py_spy() is None:
             raise fail("--profile needs py-spy: install the bench extra (pip install 'tapgate[bench]').")

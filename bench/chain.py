@@ -13,8 +13,8 @@ import asyncio
 import time
 from dataclasses import dataclass
 
-from tapgate.bench.rows import BY_NAME, Row
-from tapgate.bench.servers import postgres_database
+from bench.rows import BY_NAME, Row
+from bench.servers import postgres_database
 
 WRITERS = 16
 TURNS = 3

@@ -12,7 +12,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from tapgate.bench.profile import PART_NAMES
+from bench.profile import PART_NAMES
 
 Mark = Literal["pass", "short", "info", "skipped"]
 BUSY_CORES = 0.5  # other processes using this much CPU during a row make its figure suspect

@@ -1,6 +1,6 @@
 """The bench's load client, a process of its own so that its CPU is counted apart from the servers'.
 
-``python -m tapgate.bench.client`` reads one JSON line from standard input, the job::
+``python -m bench.client`` reads one JSON line from standard input, the job::
 
     {"mode": "roundtrip" | "throughput" | "idle" | "ingest" | "decide", "url": "http://127.0.0.1:P", ...}
 
@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from tapgate.bench.wire import HttpConnection, WebSocketConnection, WireError
+from bench.wire import HttpConnection, WebSocketConnection, WireError
 
 INVOKE_WAIT = 30.0  # seconds an agent's request waits for the device's answer
 POLL_WAIT = 25  # seconds a busy long-polling device waits per fetch

@@ -34,7 +34,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from tapgate.bench.durable import Durable, open_durable
+from bench.durable import Durable, open_durable
 
 MAX_WAIT = 300.0
 MAX_FETCH = 50

@@ -10,8 +10,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from tapgate.bench.rows import Row
-from tapgate.bench.runner import Results, targets
+from bench.rows import Row
+from bench.runner import Results, targets
 
 MARKS = {
     "pass": "[green]pass[/]",

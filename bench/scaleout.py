@@ -19,14 +19,14 @@ from typing import TYPE_CHECKING, Any
 
 import psutil
 
-from tapgate.bench import seed
-from tapgate.bench.meter import Meter
-from tapgate.bench.rows import BY_NAME, Row
-from tapgate.bench.scenarios import _latency_detail, _window, db_counts, per_call
-from tapgate.bench.servers import Served, postgres_database, postgres_reachable, write_config
+from bench import seed
+from bench.meter import Meter
+from bench.rows import BY_NAME, Row
+from bench.scenarios import _latency_detail, _window, db_counts, per_call
+from bench.servers import Served, postgres_database, postgres_reachable, write_config
 
 if TYPE_CHECKING:
-    from tapgate.bench.runner import Bench
+    from bench.runner import Bench
 
 WAKES = ("postgres", "nats")
 COUNTS = (1, 2, 3)

@@ -1,6 +1,6 @@
 """How each row is measured: the servers it needs, the load clients it starts, and what it reads off.
 
-Each measurement starts its load in separate client processes (``tapgate.bench.client``), waits until
+Each measurement starts its load in separate client processes (``bench.client``), waits until
 they are connected, opens a timed window that every process knows (``time.monotonic()`` is shared by the
 machine), and meters the CPU of the servers, the clients and PostgreSQL over that window.
 """
@@ -17,13 +17,13 @@ from typing import Any
 
 import psutil
 
-from tapgate.bench import profile
-from tapgate.bench.client import UNCOVERED
-from tapgate.bench.meter import Meter, rss_bytes
-from tapgate.bench.rows import BY_NAME, Row
-from tapgate.bench.seed import Pair
-from tapgate.bench.servers import Served
-from tapgate.bench.stage import ClientProcess, Stage
+from bench import profile
+from bench.client import UNCOVERED
+from bench.meter import Meter, rss_bytes
+from bench.rows import BY_NAME, Row
+from bench.seed import Pair
+from bench.servers import Served
+from bench.stage import ClientProcess, Stage
 
 MIB = 1024 * 1024
 

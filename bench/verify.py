@@ -6,7 +6,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from tapgate.bench.rows import BY_NAME, Row
+from bench.rows import BY_NAME, Row
 
 
 @dataclass

@@ -27,10 +27,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from tapgate.bench import scaleout, scenarios, seed, verify
-from tapgate.bench.chain import chain_rows
-from tapgate.bench.rows import BY_NAME, Row, Spec, in_the_way, select
-from tapgate.bench.servers import (
+from bench import scaleout, scenarios, seed, verify
+from bench.chain import chain_rows
+from bench.rows import BY_NAME, Row, Spec, in_the_way, select
+from bench.servers import (
     Served,
     plain_postgres_database,
     postgres_database,
@@ -38,7 +38,7 @@ from tapgate.bench.servers import (
     sqlite_database,
     write_config,
 )
-from tapgate.bench.stage import Sizes, Stage
+from bench.stage import Sizes, Stage
 
 CHAIN = {"chain-postgres-spread", "chain-postgres-one"}
 DEFAULT_POSTGRES_ADMIN = "postgresql://postgres@127.0.0.1:5432/postgres"

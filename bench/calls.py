@@ -1,6 +1,6 @@
 """The gateway's own work a call, in one process, for counting instructions.
 
-``python -m tapgate.bench.calls --calls N`` makes a fresh SQLite database with a tenant, a person, an agent
+``python -m bench.calls --calls N`` makes a fresh SQLite database with a tenant, a person, an agent
 token and a lamp (through the HTTP API, in process), then runs N calls through the gateway itself — the
 agent's invoke, then the device's result — with no HTTP, no load clients and no other process, after a
 warm-up and with the cycle collector off while they run. It prints one JSON line: the calls, the CPU time
@@ -14,7 +14,7 @@ valgrind's callgrind two runs of the same code differ by up to about 2% of the c
 (SQLite's pages split where random ids fall), so a change of a few percent shows in two runs a side::
 
     valgrind --tool=callgrind --callgrind-out-file=/tmp/calls.out \\
-        .venv/bin/python -m tapgate.bench.calls --calls 300   # prints "Collected : <instructions>"
+        .venv/bin/python -m bench.calls --calls 300   # prints "Collected : <instructions>"
 
 Compare the totals of two runs with the same ``--calls`` (the setup is the same in both), or divide the
 difference between 300 and 100 calls by 200 for the instructions a call (about 2.1 million on SQLite).
@@ -42,9 +42,9 @@ from cryptography.hazmat.primitives.asymmetric import ec
 
 from tapgate.adapters.store.counting import COUNTS
 from tapgate.adapters.store.migrate import migrate
-from tapgate.bench import seed
-from tapgate.bench.meter import cpu_by_process, postgres_processes
-from tapgate.bench.servers import BENCH_SETTINGS, postgres_database
+from bench import seed
+from bench.meter import cpu_by_process, postgres_processes
+from bench.servers import BENCH_SETTINGS, postgres_database
 from tapgate.bootstrap import build_app
 from tapgate.config import Settings
 from tapgate.domain.frames import DeviceResult
@@ -76,7 +76,7 @@ async def measure(calls: int, url: str, at_once: int = 1) -> dict[str, float]:
     transport = httpx.ASGITransport(app=app)
     async with (
         app.router.lifespan_context(app),
-        httpx.AsyncClient(transport=transport, base_url="http://tapgate.bench") as client,
+        httpx.AsyncClient(transport=transport, base_url="http://bench") as client,
     ):
         operator = seed.Operator(client, tenant.operator_token)
         await operator.user("person-0")

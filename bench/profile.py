@@ -66,7 +66,7 @@ async def record(pid: int, seconds: float, output: Path) -> asyncio.subprocess.P
 PARTS: tuple[tuple[str, tuple[str, ...]], ...] = (
     (
         "store",  # the repositories, SQLAlchemy and the drivers: everything a statement costs in Python
-        ("tapgate/adapters/store/", "sqlalchemy/", "asyncpg/", "sqlite3/", "tapgate/bench/durable.py"),
+        ("tapgate/adapters/store/", "sqlalchemy/", "asyncpg/", "sqlite3/", "bench/durable.py"),
     ),
     (
         "gateway",  # the check chain, the journal, events, handover and the rest of the call's own work

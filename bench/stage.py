@@ -1,5 +1,5 @@
 """The stage every measurement shares: how much each does (``Sizes``), the servers running, and the load
-clients, each a ``tapgate.bench.client`` process that takes a job line and answers event lines."""
+clients, each a ``bench.client`` process that takes a job line and answers event lines."""
 
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ from typing import Any
 
 import psutil
 
-from tapgate.bench import profile
-from tapgate.bench.meter import Meter, postgres_processes
-from tapgate.bench.servers import Served
+from bench import profile
+from bench.meter import Meter, postgres_processes
+from bench.servers import Served
 
 STREAM_LIMIT = 1 << 26  # job and result lines carry token and latency lists
 
@@ -112,7 +112,7 @@ SMOKE = Sizes(
 
 
 class ClientProcess:
-    """One ``tapgate.bench.client`` process: a job in, event lines out."""
+    """One ``bench.client`` process: a job in, event lines out."""
 
     def __init__(self, process: asyncio.subprocess.Process, log: Path) -> None:
         self.process = process
@@ -125,7 +125,7 @@ class ClientProcess:
             process = await asyncio.create_subprocess_exec(
                 sys.executable,
                 "-m",
-                "tapgate.bench.client",
+                "bench.client",
                 stdin=asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=err,

@@ -90,7 +90,7 @@ class Served:
     def floor(cls, logs: Path, durable: str | None = None, name: str = "floor") -> Served:
         """The in-memory floor, or with ``durable`` (``sqlite:PATH`` or a PostgreSQL URL) a durable one."""
         port = free_port()
-        argv = ["-m", "tapgate.bench.floor", "--port", str(port)]
+        argv = ["-m", "bench.floor", "--port", str(port)]
         return cls(name, [*argv, "--durable", durable] if durable else argv, logs, port)
 
     async def start(self) -> Served:
