@@ -96,6 +96,41 @@ def test_check_warns_about_a_rule_that_can_never_match(condition: str, needle: s
 
 
 @pytest.mark.parametrize(
+    ("condition", "needle"),
+    [
+        ("deviceId matches 'desk(?:_lamp)+'", "needs '_'"),  # inside a group that must occur
+        ("deviceId matches 'desk[_.]lamp'", "needs '[._]'"),  # a class with no character a device id holds
+        ("deviceId matches 'desk(?P<n>_)'", "needs '_'"),
+        ("deviceId matches '^desk.x{1,3}_'", "needs '_'"),
+    ],
+)
+def test_check_reads_groups_classes_and_repeats_of_a_pattern_it_warns_about(
+    condition: str, needle: str
+) -> None:
+    [problem] = check_policies(_file(f'  - name: r\n    condition: "{condition}"\n    decision: block\n'))
+    assert problem.warning and needle in problem.reason
+
+
+@pytest.mark.parametrize(
+    "condition",
+    [
+        "deviceId matches 'desk(?:_lamp)?'",  # the group may be absent
+        "deviceId matches 'desk(?:_lamp)*'",
+        "deviceId matches '(a|_)b'",  # an alternative
+        "deviceId matches 'desk(?!_)'",  # a look-ahead: not followed
+        "deviceId matches '(?i:D)esk'",  # a scoped flag: not followed
+        "deviceId matches 'desk(?#_)'",  # a comment
+        "deviceId matches 'desk[^_]'",  # a negated class
+        "deviceId matches '(?x) desk - lamp'",  # verbose: the spaces are not characters
+    ],
+)
+def test_check_stays_silent_about_a_pattern_it_does_not_follow_rather_than_warn_wrongly(
+    condition: str,
+) -> None:
+    assert check_policies(_file(f'  - name: r\n    condition: "{condition}"\n    decision: block\n')) == []
+
+
+@pytest.mark.parametrize(
     "condition",
     [
         "deviceId matches (?i)^DESK",

@@ -17,10 +17,9 @@ Pure: the text in, the problems out.
 
 from __future__ import annotations
 
-import importlib
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import TypeAlias
 
 from tapgate.domain.policy import (
     Comparison,
@@ -142,53 +141,189 @@ def _shown(values: tuple[str, ...]) -> str:
 
 
 def _needed_outside(pattern: re.Pattern[str], alphabet: str) -> str:
-    """A character every match of ``pattern`` holds that ``alphabet`` lacks, or ''."""
+    """A character every match of ``pattern`` holds that ``alphabet`` lacks, or ''.
+
+    Read from the pattern's text: a sequence of characters, escapes, classes and groups, each needed when
+    it must occur at least once. Whatever else a pattern holds (an alternative, a look-around, a scoped
+    flag, a back-reference, verbose mode) is read as needing nothing, so a doubt ends in silence, never in
+    a warning about a rule that can match."""
+    if pattern.flags & re.VERBOSE:
+        return ""
     if pattern.flags & re.IGNORECASE:
         alphabet = alphabet + alphabet.upper()
     try:
-        parsed = _PARSER.parse(pattern.pattern, pattern.flags)
-    except Exception:  # re compiled it; a parser that disagrees just stays silent
+        return _first_outside(_Reader(pattern.pattern).sequence(), alphabet)
+    except _Unread:
         return ""
-    return _walk(list(parsed), alphabet)
 
 
-_PARSER: Any = importlib.import_module("re._parser")  # the parser re itself compiles with (3.11+)
-_CONSTANTS: Any = importlib.import_module("re._constants")
+class _Unread(Exception):
+    """The pattern holds something the reader does not follow."""
 
 
-def _walk(items: list[tuple[Any, Any]], alphabet: str) -> str:
-    c = _CONSTANTS
-    for op, av in items:
-        if op is c.LITERAL:
-            if chr(av) not in alphabet:
-                return chr(av)
-        elif op is c.IN:
-            chars = _class_chars(av)
-            if chars is not None and not any(ch in alphabet for ch in chars):
-                return "[" + "".join(sorted(chars))[:10] + "]"
-        elif op is c.SUBPATTERN:
-            found = _walk(list(av[-1]), alphabet)
+# An atom of a pattern: the characters one occurrence can be (None: any, or not known), or a group's own
+# sequence of atoms; each with whether it must occur at least once.
+_Atom: TypeAlias = tuple["set[str] | list[_Atom] | None", bool]
+
+_CLASS_ESCAPES = frozenset("dDwWsS")
+_ZERO_WIDTH_ESCAPES = frozenset("bBAZ")
+_CONTROL_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "f": "\f", "v": "\v", "a": "\a"}
+_ZERO_WIDTH = "zero-width"  # an anchor or a global flag: matches no character
+_LARGEST_CLASS = 256  # a wider range is as good as any character
+
+
+def _first_outside(atoms: list[_Atom], alphabet: str) -> str:
+    for what, needed in atoms:
+        if not needed or what is None:
+            continue
+        if isinstance(what, list):
+            found = _first_outside(what, alphabet)
             if found:
                 return found
-        elif op in (c.MAX_REPEAT, c.MIN_REPEAT, getattr(c, "POSSESSIVE_REPEAT", None)) and av[0] >= 1:
-            found = _walk(list(av[2]), alphabet)
-            if found:
-                return found
+        elif not any(ch in alphabet for ch in what):
+            return next(iter(what)) if len(what) == 1 else "[" + "".join(sorted(what))[:10] + "]"
     return ""
 
 
-def _class_chars(items: list[tuple[Any, Any]]) -> set[str] | None:
-    """The characters of a small character class, or None for a negated, category or large one."""
-    c = _CONSTANTS
-    chars: set[str] = set()
-    for op, av in items:
-        if op is c.LITERAL:
-            chars.add(chr(av))
-        elif op is c.RANGE and av[1] - av[0] < 256:
-            chars.update(chr(code) for code in range(av[0], av[1] + 1))
-        else:
+class _Reader:
+    """Reads a regular expression's text into atoms, left to right."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.at = 0
+
+    def _peek(self) -> str:
+        return self.text[self.at] if self.at < len(self.text) else ""
+
+    def _take(self) -> str:
+        if self.at >= len(self.text):
+            raise _Unread
+        ch = self.text[self.at]
+        self.at += 1
+        return ch
+
+    def sequence(self, until: str = "") -> list[_Atom]:
+        """Atoms up to ``until`` (or the end); a sequence with an alternative needs nothing."""
+        atoms: list[_Atom] = []
+        alternative = False
+        while self._peek() and self._peek() != until:
+            ch = self._take()
+            if ch == "|":
+                alternative = True
+                continue
+            if ch in "^$":
+                continue
+            what = self._atom(ch)
+            if isinstance(what, str):  # _ZERO_WIDTH
+                continue
+            atoms.append((what, self._needed_once()))
+        if until:
+            self._take()
+        return [] if alternative else atoms
+
+    def _atom(self, ch: str) -> set[str] | list[_Atom] | str | None:
+        if ch == ".":
             return None
-    return chars
+        if ch == "\\":
+            return self._escape()
+        if ch == "[":
+            return self._class()
+        if ch == "(":
+            return self._group()
+        if ch in "*+?{":
+            raise _Unread  # a repeat of nothing: re would have refused it
+        return {ch}
+
+    def _escape(self) -> set[str] | str | None:
+        ch = self._take()
+        if ch in _ZERO_WIDTH_ESCAPES:
+            return _ZERO_WIDTH
+        if ch in _CLASS_ESCAPES or (ch.isalnum() and ch not in _CONTROL_ESCAPES):
+            return None  # a class, a code point or a back-reference: not followed
+        return {_CONTROL_ESCAPES.get(ch, ch)}
+
+    def _class(self) -> set[str] | None:
+        chars: set[str] | None = set()
+        if self._peek() == "^":
+            self._take()
+            chars = None
+        first = True
+        while True:
+            ch = self._take()
+            if ch == "]" and not first:
+                break
+            first = False
+            if ch == "\\":
+                escaped = self._escape()
+                if not isinstance(escaped, set):
+                    chars = None
+                    continue
+                ch = next(iter(escaped))
+            if self._peek() == "-" and self.text[self.at + 1 : self.at + 2] not in ("]", ""):
+                self._take()
+                end = self._take()
+                if end == "\\":
+                    raise _Unread
+                if chars is not None and ord(end) - ord(ch) < _LARGEST_CLASS:
+                    chars.update(chr(code) for code in range(ord(ch), ord(end) + 1))
+                else:
+                    chars = None
+            elif chars is not None:
+                chars.add(ch)
+        return chars or None
+
+    def _group(self) -> list[_Atom] | str | None:
+        if self._peek() != "?":
+            return self.sequence(")")
+        self._take()
+        kind = self._take()
+        if kind == ":":
+            return self.sequence(")")
+        if kind == "P" and self._peek() == "<":
+            while self._take() != ">":
+                pass
+            return self.sequence(")")
+        if (
+            kind.isalpha() and kind != "P"
+        ):  # flags: global ones are in pattern.flags, scoped ones not followed
+            while self._peek() not in (":", ")"):
+                self._take()
+            if self._take() == ")":
+                return _ZERO_WIDTH
+        self._skip_group()
+        return None
+
+    def _skip_group(self) -> None:
+        """Past the ``)`` that closes the group being read."""
+        depth = 1
+        while depth:
+            ch = self._take()
+            if ch == "\\":
+                self._take()
+            elif ch == "[":
+                self._class()
+            elif ch == "(":
+                depth += 1
+            elif ch == ")":
+                depth -= 1
+
+    def _needed_once(self) -> bool:
+        """Reads the repeat after an atom, if any: whether the atom must occur at least once."""
+        ch = self._peek()
+        if ch in ("*", "?"):
+            self._take()
+            needed = False
+        elif ch == "+":
+            self._take()
+            needed = True
+        elif ch == "{" and (repeat := re.match(r"\{(\d*)(,\d*)?\}", self.text[self.at :])):
+            self.at += repeat.end()
+            needed = int(repeat.group(1) or 0) >= 1
+        else:
+            return True
+        if self._peek() in ("?", "+"):  # lazy or possessive
+            self._take()
+        return needed
 
 
 # --- rules shadowed by a stricter one ---------------------------------------------------------------------
