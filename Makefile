@@ -41,9 +41,9 @@ $(BENCH_STAMP): pyproject.toml $(STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[bench]'
 	touch $(BENCH_STAMP)
 
-# BENCH_ARGS: --quick, --only NAME, --no-postgres, --postgres-admin URL (see `tapgate bench --help`).
+# BENCH_ARGS: --quick, --only NAME, --no-postgres, --postgres-admin URL (see `.venv/bin/python -m bench --help`).
 bench: $(BENCH_STAMP)
-	$(BIN)/tapgate bench $(BENCH_ARGS)
+	$(BIN)/python -m bench $(BENCH_ARGS)
 
 # The reliability families at their full counts (make test runs a fast slice of each); the figures go to
 # reliability.log for docs/reliability.md.

@@ -40,11 +40,11 @@ from pathlib import Path
 import httpx
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from tapgate.adapters.store.counting import COUNTS
-from tapgate.adapters.store.migrate import migrate
 from bench import seed
 from bench.meter import cpu_by_process, postgres_processes
 from bench.servers import BENCH_SETTINGS, postgres_database
+from tapgate.adapters.store.counting import COUNTS
+from tapgate.adapters.store.migrate import migrate
 from tapgate.bootstrap import build_app
 from tapgate.config import Settings
 from tapgate.domain.frames import DeviceResult

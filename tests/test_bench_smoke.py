@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -19,7 +20,7 @@ from tests.conftest import ADMIN_URL, PostgresDatabase
 
 def test_the_smoke_run_measures_every_sqlite_row_and_skips_postgres_saying_why(tmp_path: Path) -> None:
     run = subprocess.run(
-        [sys.executable, "-m", "tapgate", "bench", "--smoke", "--out", str(tmp_path)],
+        [sys.executable, "-m", "bench", "--smoke", "--out", str(tmp_path)],
         capture_output=True,
         text=True,
         timeout=120,
@@ -127,7 +128,7 @@ def test_two_workers_are_judged_on_their_cpu_per_invocation_and_on_throughput_on
 
 def test_an_unknown_row_is_a_usage_error() -> None:
     run = subprocess.run(
-        [sys.executable, "-m", "tapgate", "bench", "--only", "nope"],
+        [sys.executable, "-m", "bench", "--only", "nope"],
         capture_output=True,
         text=True,
         timeout=60,
@@ -272,9 +273,9 @@ def test_a_durable_floor_and_its_rows_are_measured_in_alternating_turns_keeping_
     """Every turn measures both rows: on the long-poll, a turn's device must get its calls although the
     last turn's client left a poll held on the same server (the floor once handed them to it)."""
     row = f"roundtrip-{device}-sqlite"
-    bench = ["bench", "--smoke", "--turns", "3", "--only", row, "--out", str(tmp_path)]
+    bench = ["--smoke", "--turns", "3", "--only", row, "--out", str(tmp_path)]
     run = subprocess.run(
-        [sys.executable, "-m", "tapgate", *bench],
+        [sys.executable, "-m", "bench", *bench],
         capture_output=True,
         text=True,
         timeout=600,
@@ -298,9 +299,9 @@ def test_a_profiled_row_measured_in_turns_keeps_the_profile_and_parts_of_the_tur
     """--profile end to end: py-spy samples every server in every turn's window, a file a turn, and the
     row points at its kept turn's summary with that turn's parts."""
     row = "roundtrip-ws-sqlite"
-    bench = ["bench", "--smoke", "--turns", "2", "--only", row, "--profile", "--out", str(tmp_path)]
+    bench = ["--smoke", "--turns", "2", "--only", row, "--profile", "--out", str(tmp_path)]
     run = subprocess.run(
-        [sys.executable, "-m", "tapgate", *bench],
+        [sys.executable, "-m", "bench", *bench],
         capture_output=True,
         text=True,
         timeout=600,
@@ -381,3 +382,16 @@ def test_a_row_keeps_its_median_turn_and_a_row_no_turn_measured_stays_skipped() 
     assert even.value == 4.0  # the lower middle: a row is not judged on its better half
     skipped = median_turn([Row(spec, skipped="no round trip completed"), Row(spec, skipped="again")])
     assert skipped.value is None and skipped.skipped == "no round trip completed"
+
+
+def test_the_installed_tapgate_carries_no_benchmark_and_points_to_make_bench() -> None:
+    run = subprocess.run(
+        [sys.executable, "-m", "tapgate", "bench", "--quick"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert run.returncode == 1
+    assert "make bench" in run.stderr
+    assert importlib.util.find_spec("tapgate.bench") is None
