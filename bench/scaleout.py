@@ -15,23 +15,46 @@ import contextlib
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import psutil
 
 from bench import seed
 from bench.meter import Meter
-from bench.rows import BY_NAME, Row
+from bench.rows import BY_NAME, Row, Spec
 from bench.scenarios import _latency_detail, _window, db_counts, per_call
 from bench.servers import Served, postgres_database, postgres_reachable, write_config
-
-if TYPE_CHECKING:
-    from bench.runner import Bench
+from bench.stage import Stage
 
 WAKES = ("postgres", "nats")
 COUNTS = (1, 2, 3)
 NAMES = [f"scale-{wake}-{n}" for wake in WAKES for n in COUNTS]
 NATS_URL = "nats://127.0.0.1:4222"
+
+
+class _Options(Protocol):
+    @property
+    def postgres_admin(self) -> str | None: ...
+
+
+class Bench(Protocol):
+    """What the scale-out rows need of the run (``runner.Bench``): the runner calls this module, so this
+    module names the run by what it uses rather than importing the runner back."""
+
+    @property
+    def options(self) -> _Options: ...
+
+    @property
+    def stage(self) -> Stage: ...
+
+    @property
+    def notes(self) -> list[str]: ...
+
+    def say(self, line: str) -> None: ...
+
+    def keep(self, row: Row) -> None: ...
+
+    def skip(self, spec: Spec, reason: str) -> None: ...
 
 
 def nats_processes() -> list[psutil.Process]:

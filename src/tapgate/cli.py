@@ -27,6 +27,7 @@ from tapgate.domain.audit import BrokenChain
 from tapgate.domain.console import CONSOLE_SESSION
 from tapgate.domain.errors import ConfigurationError, TapgateError
 from tapgate.domain.principals import Principal, TokenKind
+from tapgate.mandate_commands import mandate_app
 from tapgate.operator_commands import register as register_operator_commands
 
 if TYPE_CHECKING:
@@ -701,7 +702,7 @@ def bench() -> None:
     raise fail("The benchmark runs from a source checkout of tapgate: make bench (BENCH_ARGS='--quick ...').")
 
 
-register_operator_commands(app, device_app)
+register_operator_commands(app, device_app, mandate_app)
 
 
 @policy_app.command("check")

@@ -28,19 +28,7 @@ def link(
     ca_file: CaFileOption = None,
 ) -> None:
     """Print a one-time link that signs USER into the console (15 minutes; for a person with no phone yet)."""
-    from tapgate.cli import _operator, _run, _settings
-    from tapgate.operator_commands import served_at
+    from tapgate.operator_commands import _operator, _with_gateway, served_at
 
-    settings = _settings(config)
     address = served_at(url, config, ca_file)
-
-    async def work() -> str:
-        from tapgate.bootstrap import build_gateway
-
-        gateway = build_gateway(settings)
-        try:
-            return await gateway.console_link(_operator(tenant), user, address)
-        finally:
-            await gateway.close()
-
-    typer.echo(_run(work))
+    typer.echo(_with_gateway(config, lambda gateway: gateway.console_link(_operator(tenant), user, address)))

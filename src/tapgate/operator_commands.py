@@ -39,10 +39,9 @@ UserOption = Annotated[str, typer.Option("--user", help="The person, by user id.
 user_app = typer.Typer(help="People: add them, list them.", no_args_is_help=True)
 
 
-def register(app: typer.Typer, device_app: typer.Typer) -> None:
-    """Add these commands to ``tapgate`` and, beside the terminal phone's, to ``tapgate device``."""
-    from tapgate.mandate_commands import mandate_app
-
+def register(app: typer.Typer, device_app: typer.Typer, mandate_app: typer.Typer) -> None:
+    """Add these commands to ``tapgate`` and, beside the terminal phone's, to ``tapgate device``; with
+    them ``tapgate mandate``, whose commands are built on this module's (so it cannot import them here)."""
     app.add_typer(user_app, name="user")
     app.add_typer(mandate_app, name="mandate")
     device_app.info.help = (
