@@ -1,4 +1,4 @@
-"""The benchmark suite of DESIGN §11 (``tapgate bench``): real gateways on loopback against a floor.
+"""The benchmark suite (``make bench``, ``python -m bench``): real gateways on loopback against a floor.
 
 - ``floor``: the in-memory Starlette app every ratio is taken against, served like tapgate.
 - ``servers``: ``tapgate serve`` and the floor as processes; their settings and databases.

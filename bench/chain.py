@@ -1,4 +1,4 @@
-"""What the tenant's chain head costs writers (DESIGN §16, no tenant-wide lock), in the bench's process.
+"""What the tenant's chain head costs writers (no tenant-wide lock), in the bench's process.
 
 Sixteen units of work at once, each journalling one entry and one event and committing, on a pool of
 sixteen connections to PostgreSQL: all in one tenant (``chain-postgres-one``) against the same spread

@@ -10,7 +10,7 @@ asyncio.Event per device and per invocation is the wake. It is served by uvicorn
 No checks, no durability, no audit: what tapgate costs beyond this is what its guarantees cost.
 ``POST /floor/pairs`` makes agent and device tokens for the bench; it is the floor's only extra route.
 
-With ``--durable sqlite:PATH`` or ``--durable postgresql://…`` it is a **durable floor** (DESIGN §16): the
+With ``--durable sqlite:PATH`` or ``--durable postgresql://…`` it is a **durable floor**: the
 same app plus the least a durable call writes, through the raw driver — one transaction at invoke (insert
 the call, and a journal row) and one at the answer (update the call if still pending, and a journal row) —
 so that what tapgate costs beyond it is what its checks, audit chain and events cost, not durability.

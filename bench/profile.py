@@ -1,5 +1,5 @@
-"""``tapgate bench --profile``: sample the servers with py-spy during each timed window, and say where the
-CPU went.
+"""``make bench BENCH_ARGS=--profile``: sample the servers with py-spy during each timed window, and say
+where the CPU went.
 
 py-spy attaches to the running server from outside (no change to the server, no restart) and writes
 folded stacks (``bench/profile-<row>.folded``, one stack and its sample count a line; flame-graph tools

@@ -1,6 +1,6 @@
-"""The rows of the bench's table: what each measures, what it is compared with, and DESIGN §16's target.
+"""The rows of the bench's table: what each measures, what it is compared with, and its target.
 
-Every row is an absolute figure and, where §11 sets one, a ratio to a reference measured in the same run
+Every row is an absolute figure and, where one is set, a ratio to a reference measured in the same run
 (the floor, another row, or the raw signature-verify rate) with a pass or short mark. Targets are
 reported, never asserted in tests: the machine is shared and noisy.
 """
@@ -162,7 +162,7 @@ SPECS: list[Spec] = [
         "Throughput, PostgreSQL, 2 workers",
         "inv/s",
         "throughput-postgres-1",
-        # DESIGN §16: "where the box has the cores": two busy workers, PostgreSQL and the load need four;
+        # "where the box has the cores": two busy workers, PostgreSQL and the load need four;
         # on fewer the CPU per invocation is judged instead (runner.targets)
         Target("ratio_min", 1.6, "≥ 1.6× 1 worker", cores=4),
         True,
@@ -179,7 +179,7 @@ SPECS: list[Spec] = [
         Target("ratio_min", 0.6, "≥ 60% of raw verify"),
     ),
     Spec("approvals-http", "Signed approval decisions over HTTP, SQLite", "dec/s", "verify-raw"),
-    # The tenant's chain head (DESIGN §16, bench/chain.py): 16 writers in one tenant against 16 tenants.
+    # The tenant's chain head (bench/chain.py): 16 writers in one tenant against 16 tenants.
     Spec("chain-postgres-spread", "Journal writers, 16 tenants, PostgreSQL", "commit/s", postgres=True),
     Spec(
         "chain-postgres-one",
@@ -188,7 +188,7 @@ SPECS: list[Spec] = [
         "chain-postgres-spread",
         postgres=True,
     ),
-    # Scale-out (DESIGN §17, bench/scaleout.py): N gateway processes on one PostgreSQL, per wake.
+    # Scale-out (bench/scaleout.py): N gateway processes on one PostgreSQL, per wake.
     *(
         Spec(
             f"scale-{wake}-{n}",

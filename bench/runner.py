@@ -1,4 +1,4 @@
-"""``tapgate bench``: start the servers each row needs, measure, judge against DESIGN §16, report.
+"""``make bench``: start the servers each row needs, measure, judge each row against its target, report.
 
 Rows are measured in groups that share a server, in this order: the raw verify rate (no server), the
 floor, the durable floor on sqlite3 beside tapgate on SQLite, the durable floor on asyncpg beside tapgate
@@ -98,11 +98,11 @@ class Results:
 
 MAX_WRITING_PER_CALL = 2.0
 MAX_IDLE_TRANSACTIONS_PER_SECOND = 5.0
-MAX_CPU_TWO_WORKERS = 1.1  # DESIGN §16: server CPU per invocation with two workers within 10% of one
+MAX_CPU_TWO_WORKERS = 1.1  # server CPU per invocation with two workers within 10% of one
 
 
 def targets(rows: list[Row]) -> list[dict[str, Any]]:
-    """Each DESIGN §16 target this run could judge: the row, what was measured, met or short."""
+    """Each target this run could judge: the row, what was measured, met or short."""
     out: list[dict[str, Any]] = []
     by_name = {row.spec.name: row for row in rows}
     for row in rows:

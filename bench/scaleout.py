@@ -1,4 +1,4 @@
-"""Scale-out rows (DESIGN §17): throughput with 1, 2 and 3 ``tapgate serve`` processes on one PostgreSQL,
+"""Scale-out rows: throughput with 1, 2 and 3 ``tapgate serve`` processes on one PostgreSQL,
 with the wakes over LISTEN/NOTIFY and over NATS, and the CPU each side spends per invocation.
 
 Every call crosses processes where there is more than one: the agents of a share of the pairs call on

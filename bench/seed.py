@@ -33,7 +33,7 @@ DOOR: dict[str, Any] = LAMP | {
 }
 CONFIRMED_LAMP: dict[str, Any] = LAMP | {"confirm": True}  # asks every call, unless a mandate covers it
 MANDATE_CALLS = 1000  # the most one mandate allows
-DEVICES_PER_USER = 10  # DESIGN's default limit: the bench's people own no more than real ones may
+DEVICES_PER_USER = 10  # the default device limit: the bench's people own no more than real ones may
 
 
 @dataclass(frozen=True)

@@ -80,8 +80,8 @@ ConfigOption = Annotated[
 
 # How `tapgate serve` runs uvicorn; the bench serves its floor with the same options, so keep them here.
 # WebSockets on the sans-I/O protocol: no tasks of its own per connection, so an idle device link costs
-# about 25 KiB and connects in half the time of the older protocol; tapgate's subclass of it holds about
-# 4.5 KiB less a link (api/light_ws.py; docs/performance.md).
+# less memory and connects faster than on the older protocol; tapgate's subclass of it holds less again
+# (api/light_ws.py).
 UVICORN_OPTIONS: dict[str, Any] = {
     "access_log": False,
     "log_config": None,

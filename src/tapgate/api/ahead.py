@@ -4,8 +4,8 @@ done here.
 
 Each layer a request passes through costs CPU on every call, and a request that waits (a long-poll, a
 call held for its answer) keeps a frame of every layer for as long as it waits: Starlette's and FastAPI's
-middleware, routing and exception layers (three ``AsyncExitStack``s among them) and tapgate's own, about
-14 KiB of a held long-poll's 35 (docs/performance.md, fourteenth step). So a request to a route served by
+middleware, routing and exception layers (three ``AsyncExitStack``s among them) and tapgate's own, a large
+part of what a held long-poll holds. So a request to a route served by
 a plan (``fast_routes.py``), in the shape the plan serves, is served here by one coroutine that does what
 the layers would do for it: the request's metrics and access log (``Observe``), the body's limit
 (``BodyLimit``) and its repeated keys (``NoRepeatedKeys``), and for a request that may hold the token's

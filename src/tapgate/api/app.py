@@ -76,10 +76,9 @@ def _settle_heap() -> None:
 
     Everything alive then (the libraries' code, the schema, the caches' first contents: about 250,000
     objects) is moved out of the collector's sight: a full collection otherwise walks all of them every
-    few thousand requests, 70 ms a time. The youngest generation is collected every 10,000 allocations
-    rather than 700: a request's objects mostly die young, so fewer, larger collections find the same
-    garbage for half the time. Together about a tenth of the server's CPU under load
-    (docs/performance.md, seventh step)."""
+    few thousand requests, a long pause each time. The youngest generation is collected every 10,000
+    allocations rather than 700: a request's objects mostly die young, so fewer, larger collections find
+    the same garbage for less work."""
     gc.collect()
     gc.freeze()
     gc.set_threshold(10_000, 20, 20)

@@ -81,7 +81,8 @@ class HttpMetrics:
             buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 1, 5, 30),
         )
         # Each (method, route, status)'s counter and histogram, found once: prometheus-client's ``labels``
-        # costs about 3 µs a call. As many as the labelled series themselves (routes are templates).
+        # would look them up again on every request. As many as the labelled series themselves (routes
+        # are templates).
         self._series: dict[tuple[str, str, int], tuple[Counter, Histogram]] = {}
 
     def record(self, method: str, template: str, status: int, started: float) -> None:

@@ -6,7 +6,7 @@ notification and one timer (the token's expiry, or a recheck every few minutes);
 which reads the token (from the auth cache when it can) and re-arms the timer, or reports the lapse. A
 notification that comes while a check is reading starts another check after it, so a revocation announced
 mid-read is never lost to a stale read. A watcher per held request used to be a task of its own, waiting:
-about a tenth of a waiting call's CPU, and memory for every held long-poll (docs/performance.md).
+a share of a waiting call's CPU, and memory for every held long-poll.
 """
 
 from __future__ import annotations

@@ -30,7 +30,7 @@ _pause = t.agent_pauses.c
 
 # A live device: the ``devices_live_id`` index's own predicate, with its value written in. Bound as a
 # parameter, the value keeps SQLite from knowing the partial index applies until it is bound, so SQLite
-# prepares the statement again on every run (the check chain's device lookup: 87 -> 13 µs), and a
+# prepares the statement again on every run (the check chain's device lookup among them), and a
 # PostgreSQL generic plan cannot use the index at all.
 LIVE = _dev.status != literal_column(f"'{DeviceStatus.REVOKED.value}'")
 

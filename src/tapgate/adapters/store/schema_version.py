@@ -1,7 +1,7 @@
 """Whether a database is at the latest schema, read without loading Alembic.
 
-``tapgate serve`` asks before it serves, in the process that then serves: Alembic, with Mako, is about
-10 MiB of a process that never migrates (docs/performance.md, fourteenth step). So the revisions are read
+``tapgate serve`` asks before it serves, in the process that then serves: Alembic, with Mako, is
+megabytes of memory in a process that never migrates. So the revisions are read
 from the migration files' own ``revision`` and ``down_revision`` lines, and the database's revision from
 Alembic's version table; ``migrate.py`` migrates with Alembic itself. ``tests/test_schema_version.py``
 holds what is read here equal to what Alembic reads.

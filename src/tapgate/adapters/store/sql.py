@@ -163,9 +163,9 @@ class SqlStore:
 
 
 class _UnitOfWork:
-    """``SqlStore.unit_of_work``, a class where three nested generator context managers had cost about
-    12 µs a transaction on SQLite (each async generator made, registered with asyncio's set of them,
-    and stepped twice), most of an empty unit of work's cost there. A driver's error in the block or at
+    """``SqlStore.unit_of_work``, a class: three nested generator context managers (each async generator
+    made, registered with asyncio's set of them, and stepped twice) were most of an empty unit of work's
+    cost on SQLite. A driver's error in the block or at
     its end is a StorageError."""
 
     __slots__ = ("_after", "_postgres", "_store", "_tenant_id", "_uow")
@@ -279,9 +279,8 @@ def open_sql_store(
 
     On PostgreSQL at most ``pool_size`` connections, opened as they are first needed and then kept: no
     overflow beyond a smaller kept pool, whose extra connections the pool would close as each came back
-    and open again at the next peak. That churn cost a new server process per connection: about fifty a
-    second with three gateways under load, which then served 0.52–0.59 of one gateway's calls a second
-    against 0.83 without it (docs/performance.md, eighth step)."""
+    and open again at the next peak. That churn cost a new server process per connection, many a second with
+    several gateways under load, and took a large share of their throughput."""
     _quiet_drivers()
     url = engine_url(database_url)
     if url.get_backend_name() == "sqlite":

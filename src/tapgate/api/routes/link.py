@@ -172,7 +172,7 @@ class DeviceLink:
         # credentials wake the link) or expires, so the link needs no watcher of its own.
         # The frames go out from a task of their own; the device's frames are read in this one, which the
         # sender cancels when the frames end. One task a link rather than two and a wait on both: a link
-        # lives for hours, and each would hold its own state for as long (docs/performance.md).
+        # lives for hours, and each would hold its own state for as long.
         here = asyncio.current_task()
         assert here is not None
         sending = asyncio.create_task(self._send())
