@@ -695,10 +695,9 @@ def demo(
 @app.command(
     hidden=True,
     context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
-    add_help_option=False,
 )
 def bench() -> None:
-    """The benchmark is not part of the installed tapgate: it runs from a source checkout."""
+    """The benchmark is not part of the installed tapgate: run make bench in a source checkout."""
     raise fail("The benchmark runs from a source checkout of tapgate: make bench (BENCH_ARGS='--quick ...').")
 
 
