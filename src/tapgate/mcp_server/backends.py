@@ -13,13 +13,13 @@ import httpx
 from anyio.abc import TaskStatus
 
 from tapgate.client import Client, Invocation
+from tapgate.device.reaching import unreachable
 from tapgate.domain.errors import TapgateError
 from tapgate.domain.events import TOOLS_CHANGED
 from tapgate.domain.principals import Principal
 from tapgate.domain.tools import ToolFormat
 from tapgate.gateway import Gateway
 from tapgate.services.invoking import Call
-from tapgate.trust import untrusted_line
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +86,7 @@ class LocalBackend:
 
 
 class GatewayUnreachable(TapgateError):
-    """The gateway behind ``tapgate mcp`` did not answer."""
+    """The gateway behind ``tapgate mcp`` cannot be reached, or speaks another scheme than its URL."""
 
     code = "gateway_unreachable"
 
@@ -96,13 +96,7 @@ def _reaching(url: str) -> Iterator[None]:
     try:
         yield
     except httpx.HTTPError as e:
-        line = untrusted_line(e)
-        if line is not None:
-            raise GatewayUnreachable(line) from e
-        raise GatewayUnreachable(
-            f"The tapgate gateway at {url} did not answer ({type(e).__name__}); check that it is "
-            "running and that the URL is right."
-        ) from e
+        raise GatewayUnreachable(unreachable(url, e)) from e
 
 
 class RemoteBackend:
