@@ -32,11 +32,13 @@ from mcp_types import (
     SubscriptionsListenRequestParams,
     SubscriptionsListenResult,
     Tool,
+    ToolAnnotations,
 )
 
 from tapgate import __version__
 from tapgate.domain.errors import InvalidInput, NotFound, TapgateError
 from tapgate.mcp_server.backends import Backend
+from tapgate.mcp_server.hints import annotated
 from tapgate.mcp_server.mandate_tool import (
     MANDATE_TOOL,
     MANDATE_TOOL_DEFINITION,
@@ -78,6 +80,14 @@ RESULT_TOOL_DEFINITION = Tool(
         "for the person's approval. Give the invocation_id that call returned."
     ),
     input_schema=RESULT_SCHEMA,
+    title="The result of an earlier call",
+    annotations=ToolAnnotations(
+        title="The result of an earlier call",
+        read_only_hint=True,
+        destructive_hint=False,
+        idempotent_hint=True,
+        open_world_hint=False,
+    ),
 )
 _RESULT_VALIDATOR = Draft202012Validator(RESULT_SCHEMA)
 
@@ -137,7 +147,7 @@ def build_server(backend_for: BackendFor, *, wait: float = DEFAULT_WAIT) -> Serv
             listed = await backend_for(ctx).tools()
         except TapgateError as e:
             raise _mcp_error(e) from None
-        tools = [Tool.model_validate(tool) for tool in listed]
+        tools = [annotated(tool) for tool in listed]
         # The list is the person's and may change at any moment: never cached, never shared.
         return ListToolsResult(
             tools=[*tools, RESULT_TOOL_DEFINITION, MANDATE_TOOL_DEFINITION], ttl_ms=0, cache_scope="private"
