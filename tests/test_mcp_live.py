@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import re
+import sys
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,8 +14,11 @@ from typing import Any
 
 import anyio
 import httpx
+import httpx2
 import mcp
 import pytest
+from mcp.client.stdio import stdio_client
+from mcp.client.streamable_http import streamable_http_client
 
 from tapgate.adapters.store.migrate import migrate
 from tests.agents import POLICIES, Home, mcp_over_http, mcp_over_stdio, text_of
@@ -540,3 +544,56 @@ async def test_a_client_that_declared_forms_only_is_sent_no_page(live: Live, hom
     assert answered.status_code == 200, answered.text
     assert "elicitation/create" not in answered.text
     assert '"status":"awaiting_approval"' in answered.text.replace(" ", "")
+
+
+def guide_configuration(heading: str) -> dict[str, Any]:
+    """The ``tapgate`` entry of the first JSON block under ``heading`` in docs/agents.md."""
+    guide = (Path(__file__).resolve().parent.parent / "docs" / "agents.md").read_text()
+    part = guide[guide.index(heading) :]
+    block = part[part.index("```json\n") + len("```json\n") : part.index("\n```", part.index("```json\n"))]
+    return dict(json.loads(block)["mcpServers"]["tapgate"])
+
+
+async def test_the_agents_guides_stdio_configuration_starts_tapgate_mcp_as_a_desktop_assistant_does(
+    live: Live, home: Home
+) -> None:
+    entry = guide_configuration("### stdio: `tapgate mcp`")
+    args = [live.server.url if arg == "http://127.0.0.1:8080" else arg for arg in entry["args"]]
+    assert args != entry["args"]  # the guide's URL was the one replaced
+    args += ["--wait", str(WAIT)]  # held shorter than this gateway's approvals live
+    env = {name: home.agent if value == "tga_…" else value for name, value in entry["env"].items()}
+    params = mcp.StdioServerParameters(
+        command=str(Path(sys.executable).parent / entry["command"]), args=args, env=env
+    )  # only the entry's environment, over the SDK's safe defaults, as a desktop client passes it
+    opener = PageOpener()
+    with anyio.fail_after(30), (live.folder / "tapgate-mcp.log").open("a") as errlog:
+        async with mcp.Client(stdio_client(params, errlog=errlog), elicitation_callback=opener) as session:
+            tools = {tool.name for tool in (await session.list_tools()).tools}
+            asked = await session.call_tool("device__kettle__boil", {})
+
+    assert {"device__kettle__boil", "tapgate_result", "tapgate_request_mandate"} <= tools
+    assert asked.structured_content["status"] == "awaiting_approval"
+    assert [page.url for page in opener.pages] == [f"{live.server.url}/console/approvals"]
+
+
+async def test_the_agents_guides_http_configuration_reaches_mcp_with_its_header(
+    live: Live, home: Home
+) -> None:
+    entry = guide_configuration("### streamable HTTP: `/mcp`")
+    assert entry["type"] == "http" and entry["url"] == "https://tapgate.example.com/mcp"
+    headers = {k: v.replace("tga_…", home.agent) for k, v in entry["headers"].items()}
+    opener = PageOpener()
+    with anyio.fail_after(30):
+        async with (
+            httpx2.AsyncClient(headers=headers, timeout=60) as http,
+            mcp.Client(
+                streamable_http_client(f"{live.server.url}/mcp", http_client=http),
+                elicitation_callback=opener,
+            ) as session,
+        ):
+            tools = {tool.name for tool in (await session.list_tools()).tools}
+            asked = await session.call_tool("device__kettle__boil", {})
+
+    assert {"device__kettle__boil", "tapgate_result", "tapgate_request_mandate"} <= tools
+    assert asked.structured_content["status"] == "awaiting_approval"
+    assert [page.url for page in opener.pages] == [f"{PUBLIC}/console/approvals"]
