@@ -31,6 +31,17 @@ def hints(capability: str, kind: str, title: str | None) -> ToolAnnotations:
     )
 
 
+def tapgate_hints(title: str, *, reads: bool) -> ToolAnnotations:
+    """One of tapgate's own tools: it reaches no device, and no one but the person."""
+    return ToolAnnotations(
+        title=title,
+        read_only_hint=reads,
+        destructive_hint=False,
+        idempotent_hint=reads,
+        open_world_hint=False,
+    )
+
+
 def annotated(listed: dict[str, Any]) -> Tool:
     """A tool of the gateway's MCP listing, with its title and hints when it calls a capability."""
     tool = Tool.model_validate(listed)

@@ -6,9 +6,10 @@ from __future__ import annotations
 from typing import Any
 
 from jsonschema import Draft202012Validator
-from mcp_types import CallToolResult, TextContent, Tool, ToolAnnotations
+from mcp_types import CallToolResult, TextContent, Tool
 
 from tapgate.domain.errors import InvalidInput
+from tapgate.mcp_server.hints import tapgate_hints
 
 MANDATE_TOOL = "tapgate_request_mandate"
 
@@ -66,15 +67,9 @@ MANDATE_TOOL_DEFINITION = Tool(
         "(awaiting_signature until the person signs)."
     ),
     input_schema=MANDATE_SCHEMA,
-    # It only asks: nothing changes until the person signs on their phone.
     title="Ask the person for a standing mandate",
-    annotations=ToolAnnotations(
-        title="Ask the person for a standing mandate",
-        read_only_hint=False,
-        destructive_hint=False,
-        idempotent_hint=False,
-        open_world_hint=False,
-    ),
+    # It only asks: nothing changes until the person signs on their phone.
+    annotations=tapgate_hints("Ask the person for a standing mandate", reads=False),
 )
 _VALIDATOR = Draft202012Validator(MANDATE_SCHEMA)
 

@@ -33,13 +33,12 @@ from mcp_types import (
     SubscriptionsListenRequestParams,
     SubscriptionsListenResult,
     Tool,
-    ToolAnnotations,
 )
 
 from tapgate import __version__
 from tapgate.domain.errors import InvalidInput, NotFound, TapgateError
 from tapgate.mcp_server.backends import Backend
-from tapgate.mcp_server.hints import annotated
+from tapgate.mcp_server.hints import annotated, tapgate_hints
 from tapgate.mcp_server.mandate_tool import (
     MANDATE_TOOL,
     MANDATE_TOOL_DEFINITION,
@@ -83,13 +82,7 @@ RESULT_TOOL_DEFINITION = Tool(
     ),
     input_schema=RESULT_SCHEMA,
     title="The result of an earlier call",
-    annotations=ToolAnnotations(
-        title="The result of an earlier call",
-        read_only_hint=True,
-        destructive_hint=False,
-        idempotent_hint=True,
-        open_world_hint=False,
-    ),
+    annotations=tapgate_hints("The result of an earlier call", reads=True),
 )
 _RESULT_VALIDATOR = Draft202012Validator(RESULT_SCHEMA)
 
