@@ -473,14 +473,14 @@ async def test_a_client_that_opens_pages_is_shown_the_approvals_page_and_its_acc
     assert [call["capability"] for call in seen] == ["boil"]
 
 
-@pytest.mark.parametrize("transport", TRANSPORTS)
+@pytest.mark.parametrize(("transport", "mode"), ERAS)
 async def test_a_client_that_opens_pages_is_shown_where_a_mandate_waits_and_its_accept_signs_nothing(
-    transport: str, live: Live, home: Home
+    transport: str, mode: str, live: Live, home: Home
 ) -> None:
     opener = PageOpener()
     asked = {"tools": ["device__kettle__boil"], "max_calls": 5, "expires_in_seconds": 3600, "purpose": "tea"}
     with anyio.fail_after(30):
-        async with connect(transport, live, home, elicitation_callback=opener) as session:
+        async with connect(transport, live, home, mode, elicitation_callback=opener) as session:
             answer = await session.call_tool("tapgate_request_mandate", asked)
 
     [page] = opener.pages
