@@ -80,7 +80,7 @@ async def test_the_client_lists_the_tools_as_openai_functions_and_as_mcp_tools(t
     assert lamp["function"]["parameters"]["additionalProperties"] is False
     assert lamp["function"]["parameters"]["required"] == ["on"]
     assert {t["function"]["name"] for t in openai} == {t["name"] for t in mcp}
-    assert all(set(t) == {"name", "description", "inputSchema"} for t in mcp)
+    assert all(set(t) == {"name", "title", "description", "inputSchema", "_meta"} for t in mcp)
 
 
 async def test_an_invocation_waits_for_its_device_and_comes_back_typed(tapgate: Client, home: Home) -> None:

@@ -238,8 +238,10 @@ async def test_tool_definitions_follow_the_openai_and_mcp_shapes(world: World) -
     assert mcp == [
         {
             "name": "device__desk_lamp__set_light",
+            "title": "Set light",
             "description": openai[0]["function"]["description"],
             "inputSchema": openai[0]["function"]["parameters"],
+            "_meta": {"tapgate/capability": {"name": "set_light", "kind": "actuator"}},
         }
     ]
 

@@ -20,3 +20,13 @@ def test_http_to_an_https_gateway_says_to_use_https(https_gateway: Https, tmp_pa
     assert r.returncode == 1
     assert f"answers HTTPS, not plain http: use {https_gateway.url}/v1/pair" in r.stderr, r.stderr
     assert "RemoteProtocolError" not in r.stderr
+
+
+def test_tapgate_mcp_sent_plain_http_to_an_https_gateway_says_to_use_https(https_gateway: Https) -> None:
+    plain = https_gateway.url.replace("https://", "http://")
+
+    r = tapgate("mcp", "--url", plain, "--token", "tga_unused")
+
+    assert r.returncode == 1
+    assert f"answers HTTPS, not plain http: use {https_gateway.url}" in r.stderr, r.stderr
+    assert "RemoteProtocolError" not in r.stderr and "Traceback" not in r.stderr

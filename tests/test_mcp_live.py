@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import re
+import sys
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,8 +14,11 @@ from typing import Any
 
 import anyio
 import httpx
+import httpx2
 import mcp
 import pytest
+from mcp.client.stdio import stdio_client
+from mcp.client.streamable_http import streamable_http_client
 
 from tapgate.adapters.store.migrate import migrate
 from tests.agents import POLICIES, Home, mcp_over_http, mcp_over_stdio, text_of
@@ -318,11 +322,19 @@ async def test_the_mcp_endpoint_answers_the_public_host_and_loopback_and_no_othe
 async def test_tapgate_mcp_says_why_it_cannot_start(live: Live, home: Home) -> None:
     bad_token = tapgate("mcp", "--url", live.server.url, "--token", home.agent + "x")
     nobody_there = tapgate("mcp", "--url", "http://127.0.0.1:9", "--token", home.agent)
+    https_to_plain = live.server.url.replace("http://", "https://")
+    wrong_scheme = tapgate("mcp", "--url", https_to_plain, "--token", home.agent)
 
     assert bad_token.returncode == 1
     assert "token" in bad_token.stderr.lower() and "Traceback" not in bad_token.stderr
-    assert nobody_there.returncode == 1
-    assert "did not answer" in nobody_there.stderr and "Traceback" not in nobody_there.stderr
+    assert nobody_there.returncode == 1 and "Traceback" not in nobody_there.stderr
+    assert nobody_there.stderr.strip() == (
+        "The gateway at http://127.0.0.1:9 cannot be reached (ConnectError); check the URL and that it runs."
+    )
+    assert wrong_scheme.returncode == 1 and "Traceback" not in wrong_scheme.stderr
+    assert wrong_scheme.stderr.strip() == (
+        f"The gateway at 127.0.0.1:{live.server.port} answers plain http, not HTTPS: use {live.server.url}."
+    )
 
 
 async def test_with_the_device_flags_off_there_is_no_mcp_endpoint(api: httpx.AsyncClient) -> None:
@@ -347,3 +359,241 @@ async def test_no_argument_text_reaches_a_log_line(transport: str, live: Live, h
     stdio_log = live.folder / "tapgate-mcp.log"  # what the tapgate mcp processes wrote
     logs = live.server.logs() + (stdio_log.read_text() if stdio_log.exists() else "")
     assert secretish not in logs
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_each_device_tool_carries_the_title_and_hints_of_its_capability(
+    transport: str, live: Live, home: Home
+) -> None:
+    await home.grant("desk-lamp", "read_temperature", True)
+    with anyio.fail_after(30):
+        async with connect(transport, live, home) as session:
+            tools = {tool.name: tool for tool in (await session.list_tools()).tools}
+
+    def hints(name: str) -> tuple[str | None, bool | None, bool | None, bool | None]:
+        tool = tools[name]
+        assert tool.annotations is not None, name
+        assert tool.annotations.title == tool.title, name
+        a = tool.annotations
+        return tool.title, a.read_only_hint, a.destructive_hint, a.open_world_hint
+
+    # (title, readOnly, destructive, openWorld)
+    assert hints("device__desk_lamp__read_temperature") == ("Read temperature", True, False, False)
+    assert hints("device__desk_lamp__set_light") == ("Set light", False, True, False)
+    assert hints("device__ana_phone__sms_send") == ("Send a text message", False, True, True)
+    assert hints("tapgate_result")[1:] == (True, False, False)
+    assert hints("tapgate_request_mandate")[1:] == (False, False, False)
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_the_mandate_tool_is_listed_with_its_schema_and_a_call_outside_it_asks_nobody(
+    transport: str, live: Live, home: Home
+) -> None:
+    with anyio.fail_after(30):
+        async with connect(transport, live, home) as session:
+            [listed] = [t for t in (await session.list_tools()).tools if t.name == "tapgate_request_mandate"]
+            no_purpose = await session.call_tool(
+                "tapgate_request_mandate",
+                {"tools": ["device__kettle__boil"], "max_calls": 5, "expires_in_seconds": 3600},
+            )
+            zero_calls = await session.call_tool(
+                "tapgate_request_mandate",
+                {
+                    "tools": ["device__kettle__boil"],
+                    "max_calls": 0,
+                    "expires_in_seconds": 3600,
+                    "purpose": "tea",
+                },
+            )
+
+    assert listed.input_schema["required"] == ["tools", "max_calls", "expires_in_seconds", "purpose"]
+    assert listed.input_schema["additionalProperties"] is False
+    assert listed.input_schema["properties"]["max_calls"] == {
+        "type": "integer",
+        "minimum": 1,
+        "maximum": 1000,
+    }
+    assert no_purpose.is_error and text_of(no_purpose).startswith("tapgate_request_mandate: arguments: ")
+    assert "'purpose' is a required property" in text_of(no_purpose)
+    assert zero_calls.is_error and text_of(zero_calls).startswith("tapgate_request_mandate: max_calls: ")
+    inbox = (await home.client.get("/v1/inbox", headers=bearer(home.user))).json()["approvals"]
+    assert inbox == []
+
+
+class PageOpener:
+    """An MCP client's elicitation callback that records each page it was asked to open, and answers
+    "accept" (it opened it) as a desktop assistant does."""
+
+    def __init__(self) -> None:
+        self.pages: list[mcp.types.ElicitRequestURLParams] = []
+
+    async def __call__(
+        self, context: object, params: mcp.types.ElicitRequestParams
+    ) -> mcp.types.ElicitResult:
+        assert isinstance(params, mcp.types.ElicitRequestURLParams), params
+        self.pages.append(params)
+        return mcp.types.ElicitResult(action="accept")
+
+
+def console_of(transport: str, live: Live) -> str:
+    """Where the person at the desk opens the console: the gateway's public URL for /mcp, the URL
+    ``tapgate mcp`` was given for stdio."""
+    return PUBLIC if transport == "http" else live.server.url
+
+
+@pytest.mark.parametrize(("transport", "mode"), ERAS)
+async def test_a_client_that_opens_pages_is_shown_the_approvals_page_and_its_accept_approves_nothing(
+    transport: str, mode: str, live: Live, home: Home
+) -> None:
+    opener = PageOpener()
+    with anyio.fail_after(30):
+        async with (
+            home.answering("kettle") as seen,
+            connect(transport, live, home, mode, elicitation_callback=opener) as session,
+        ):
+            asked = await session.call_tool("device__kettle__boil", {})
+            code = asked.structured_content["binding_code"]
+            still = await session.call_tool(
+                "tapgate_result", {"invocation_id": asked.structured_content["id"], "wait": 0}
+            )
+            assert seen == []  # the client's "accept" reached no kettle
+            await home.approve_the_waiting_card(code)
+            later = await session.call_tool(
+                "tapgate_result", {"invocation_id": asked.structured_content["id"], "wait": TIMEOUT}
+            )
+
+    [page] = opener.pages
+    assert page.mode == "url"
+    assert page.url == f"{console_of(transport, live)}/console/approvals"
+    assert f"the card shows the code {code}" in page.message and "device__kettle__boil" in page.message
+    assert asked.is_error is False and asked.structured_content["status"] == "awaiting_approval"
+    assert re.search(rf"the card shows the code {code}\b", text_of(asked))
+    assert still.structured_content["status"] == "awaiting_approval"
+    assert later.structured_content["status"] == "done"
+    assert [call["capability"] for call in seen] == ["boil"]
+
+
+@pytest.mark.parametrize(("transport", "mode"), ERAS)
+async def test_a_client_that_opens_pages_is_shown_where_a_mandate_waits_and_its_accept_signs_nothing(
+    transport: str, mode: str, live: Live, home: Home
+) -> None:
+    opener = PageOpener()
+    asked = {"tools": ["device__kettle__boil"], "max_calls": 5, "expires_in_seconds": 3600, "purpose": "tea"}
+    with anyio.fail_after(30):
+        async with connect(transport, live, home, mode, elicitation_callback=opener) as session:
+            answer = await session.call_tool("tapgate_request_mandate", asked)
+
+    [page] = opener.pages
+    assert page.url == f"{console_of(transport, live)}/console/approvals"
+    assert "mandate" in page.message
+    mandate = answer.structured_content
+    assert answer.is_error is False and mandate["status"] == "awaiting_signature"
+    r = await home.client.get(f"/v1/mandates/{mandate['mandate_id']}", headers=bearer(home.user))
+    assert r.json()["status"] == "awaiting_signature"
+
+
+@pytest.mark.parametrize(("transport", "mode"), ERAS)
+async def test_a_client_that_cannot_open_pages_gets_the_same_answers_as_before(
+    transport: str, mode: str, live: Live, home: Home
+) -> None:
+    with anyio.fail_after(30):
+        async with connect(transport, live, home, mode) as session:  # no elicitation callback: none declared
+            asked = await session.call_tool("device__kettle__boil", {})
+            mandate = await session.call_tool(
+                "tapgate_request_mandate",
+                {
+                    "tools": ["device__kettle__boil"],
+                    "max_calls": 5,
+                    "expires_in_seconds": 3600,
+                    "purpose": "tea",
+                },
+            )
+
+    assert asked.is_error is False and asked.structured_content["status"] == "awaiting_approval"
+    assert "Call tapgate_result with invocation_id=" in text_of(asked)
+    assert mandate.is_error is False and mandate.structured_content["status"] == "awaiting_signature"
+
+
+async def test_a_client_that_declared_forms_only_is_sent_no_page(live: Live, home: Home) -> None:
+    headers = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+    headers |= bearer(home.agent)
+    initialize = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-11-25",
+            "capabilities": {"elicitation": {"form": {}}},
+            "clientInfo": {"name": "forms-only", "version": "1"},
+        },
+    }
+    opened = await home.client.post("/mcp", json=initialize, headers=headers)
+    assert opened.status_code == 200, opened.text
+    headers |= {"mcp-session-id": opened.headers["mcp-session-id"], "mcp-protocol-version": "2025-11-25"}
+    ready = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+    assert (await home.client.post("/mcp", json=ready, headers=headers)).status_code == 202
+    call = {
+        "jsonrpc": "2.0",
+        "id": 2,
+        "method": "tools/call",
+        "params": {"name": "device__kettle__boil", "arguments": {}},
+    }
+
+    answered = await home.client.post("/mcp", json=call, headers=headers)
+
+    assert answered.status_code == 200, answered.text
+    assert "elicitation/create" not in answered.text
+    assert '"status":"awaiting_approval"' in answered.text.replace(" ", "")
+
+
+def guide_configuration(heading: str) -> dict[str, Any]:
+    """The ``tapgate`` entry of the first JSON block under ``heading`` in docs/agents.md."""
+    guide = (Path(__file__).resolve().parent.parent / "docs" / "agents.md").read_text()
+    part = guide[guide.index(heading) :]
+    block = part[part.index("```json\n") + len("```json\n") : part.index("\n```", part.index("```json\n"))]
+    return dict(json.loads(block)["mcpServers"]["tapgate"])
+
+
+async def test_the_agents_guides_stdio_configuration_starts_tapgate_mcp_as_a_desktop_assistant_does(
+    live: Live, home: Home
+) -> None:
+    entry = guide_configuration("### stdio: `tapgate mcp`")
+    args = [live.server.url if arg == "http://127.0.0.1:8080" else arg for arg in entry["args"]]
+    assert args != entry["args"]  # the guide's URL was the one replaced
+    args += ["--wait", str(WAIT)]  # held shorter than this gateway's approvals live
+    env = {name: home.agent if value == "tga_…" else value for name, value in entry["env"].items()}
+    params = mcp.StdioServerParameters(
+        command=str(Path(sys.executable).parent / entry["command"]), args=args, env=env
+    )  # only the entry's environment, over the SDK's safe defaults, as a desktop client passes it
+    opener = PageOpener()
+    with anyio.fail_after(30), (live.folder / "tapgate-mcp.log").open("a") as errlog:
+        async with mcp.Client(stdio_client(params, errlog=errlog), elicitation_callback=opener) as session:
+            tools = {tool.name for tool in (await session.list_tools()).tools}
+            asked = await session.call_tool("device__kettle__boil", {})
+
+    assert {"device__kettle__boil", "tapgate_result", "tapgate_request_mandate"} <= tools
+    assert asked.structured_content["status"] == "awaiting_approval"
+    assert [page.url for page in opener.pages] == [f"{live.server.url}/console/approvals"]
+
+
+async def test_the_agents_guides_http_configuration_reaches_mcp_with_its_header(
+    live: Live, home: Home
+) -> None:
+    entry = guide_configuration("### streamable HTTP: `/mcp`")
+    assert entry["type"] == "http" and entry["url"] == "https://tapgate.example.com/mcp"
+    headers = {k: v.replace("tga_…", home.agent) for k, v in entry["headers"].items()}
+    opener = PageOpener()
+    with anyio.fail_after(30):
+        async with (
+            httpx2.AsyncClient(headers=headers, timeout=60) as http,
+            mcp.Client(
+                streamable_http_client(f"{live.server.url}/mcp", http_client=http),
+                elicitation_callback=opener,
+            ) as session,
+        ):
+            tools = {tool.name for tool in (await session.list_tools()).tools}
+            asked = await session.call_tool("device__kettle__boil", {})
+
+    assert {"device__kettle__boil", "tapgate_result", "tapgate_request_mandate"} <= tools
+    assert asked.structured_content["status"] == "awaiting_approval"
+    assert [page.url for page in opener.pages] == [f"{PUBLIC}/console/approvals"]

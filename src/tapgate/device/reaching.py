@@ -29,10 +29,23 @@ def _speaks_tls(host: str, port: int) -> bool:
         return False
 
 
+def _tls_failed(error: BaseException) -> bool:
+    """Whether a TLS handshake failed for another reason than the certificate (the other end spoke
+    something else)."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, ssl.SSLError) and not isinstance(current, ssl.SSLCertVerificationError):
+            return True
+        current = current.__cause__ or current.__context__
+    return False
+
+
 def unreachable(url: str, error: Exception) -> str:
     """What to tell the person when a request to ``url`` failed with ``error``: an untrusted certificate
     says so and what to pass; plain ``http://`` sent to a port that answers only HTTPS says so and gives
-    the https address."""
+    the https address, and ``https://`` sent to a port that answers only plain http gives the http one."""
     line = untrusted_line(error)
     if line is not None:
         return line
@@ -46,5 +59,10 @@ def unreachable(url: str, error: Exception) -> str:
         return (
             f"The gateway at {parsed.host}:{parsed.port or 80} answers HTTPS, not plain http: use {https} "
             "(with --ca-file if its certificate is your own)."
+        )
+    if parsed.scheme == "https" and _tls_failed(error) and not _speaks_tls(parsed.host, parsed.port or 443):
+        plain = parsed.copy_with(scheme="http")
+        return (
+            f"The gateway at {parsed.host}:{parsed.port or 443} answers plain http, not HTTPS: use {plain}."
         )
     return f"The gateway at {url} cannot be reached ({type(error).__name__}); check the URL and that it runs."

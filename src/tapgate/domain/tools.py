@@ -20,6 +20,8 @@ from tapgate.domain.errors import InvalidInput
 PREFIX = "device__"
 MAX_TOOL_NAME = 64
 PHONE_ACTION = "phone_action"
+# Where an MCP device tool carries the capability it calls (name and kind), for the MCP layer's hints.
+CAPABILITY_META = "tapgate/capability"
 _NAME = re.compile(r"^device__([a-z0-9]+(?:_[a-z0-9]+)*)__([a-z][a-z0-9]*(?:_[a-z0-9]+)*)$")
 
 
@@ -66,12 +68,16 @@ def definition(name: str, text: str, parameters: dict[str, Any], format: ToolFor
 
 
 def device_tool(device: Device, capability: Capability, format: ToolFormat) -> dict[str, Any]:
-    return definition(
+    tool = definition(
         str(ToolName(device.device_id, capability.name)),
         description(device, capability),
         capability.json_schema(),
         format,
     )
+    if format is ToolFormat.MCP:
+        tool["title"] = capability.shown_label
+        tool["_meta"] = {CAPABILITY_META: {"name": capability.name, "kind": capability.kind.value}}
+    return tool
 
 
 def phone_action_tool(format: ToolFormat) -> dict[str, Any]:

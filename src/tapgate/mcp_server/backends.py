@@ -13,20 +13,28 @@ import httpx
 from anyio.abc import TaskStatus
 
 from tapgate.client import Client, Invocation
+from tapgate.device.reaching import unreachable
 from tapgate.domain.errors import TapgateError
 from tapgate.domain.events import TOOLS_CHANGED
+from tapgate.domain.mandates import Mandate
 from tapgate.domain.principals import Principal
 from tapgate.domain.tools import ToolFormat
 from tapgate.gateway import Gateway
 from tapgate.services.invoking import Call
-from tapgate.trust import untrusted_line
 
 log = logging.getLogger(__name__)
 
 OnChange = Callable[[], Awaitable[None]]
 
+# The console's page of what waits for the person: where a client that can open a page sends them.
+APPROVALS_PAGE = "/console/approvals"
+
 
 class Backend(Protocol):
+    @property
+    def approvals_page(self) -> str:
+        """The console's approvals page, as the person at the desk opens it."""
+
     async def tools(self) -> list[dict[str, Any]]:
         """The caller's tools in MCP format. Raises TapgateError."""
 
@@ -39,6 +47,9 @@ class Backend(Protocol):
     async def request_mandate(self, body: dict[str, Any]) -> dict[str, Any]:
         """Ask the person for a standing mandate; ``{mandate_id, status, approval_id}``. Raises
         TapgateError."""
+
+    async def mandate(self, mandate_id: str) -> dict[str, Any]:
+        """A mandate the caller asked for, as ``request_mandate`` answers it. Raises NotFound."""
 
     async def watch_tools(
         self, on_change: OnChange, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
@@ -55,6 +66,10 @@ class LocalBackend:
         self._caller = caller
         self._session_id = session_id
 
+    @property
+    def approvals_page(self) -> str:
+        return self._gateway.public_url.rstrip("/") + APPROVALS_PAGE
+
     async def tools(self) -> list[dict[str, Any]]:
         return await self._gateway.tools(self._caller, self._session_id, ToolFormat.MCP)
 
@@ -68,7 +83,12 @@ class LocalBackend:
         )
 
     async def request_mandate(self, body: dict[str, Any]) -> dict[str, Any]:
-        mandate = await self._gateway.request_mandate(self._caller, body)
+        return self._answer(await self._gateway.request_mandate(self._caller, body))
+
+    async def mandate(self, mandate_id: str) -> dict[str, Any]:
+        return self._answer(await self._gateway.mandate(self._caller, mandate_id))
+
+    def _answer(self, mandate: Mandate) -> dict[str, Any]:
         status = mandate.status_at(self._gateway.clock.now()).value
         return {"mandate_id": mandate.mandate_id, "status": status, "approval_id": mandate.approval_id}
 
@@ -86,7 +106,7 @@ class LocalBackend:
 
 
 class GatewayUnreachable(TapgateError):
-    """The gateway behind ``tapgate mcp`` did not answer."""
+    """The gateway behind ``tapgate mcp`` cannot be reached, or speaks another scheme than its URL."""
 
     code = "gateway_unreachable"
 
@@ -96,13 +116,11 @@ def _reaching(url: str) -> Iterator[None]:
     try:
         yield
     except httpx.HTTPError as e:
-        line = untrusted_line(e)
-        if line is not None:
-            raise GatewayUnreachable(line) from e
-        raise GatewayUnreachable(
-            f"The tapgate gateway at {url} did not answer ({type(e).__name__}); check that it is "
-            "running and that the URL is right."
-        ) from e
+        raise GatewayUnreachable(unreachable(url, e)) from e
+
+
+def _mandate_answer(view: Mapping[str, Any]) -> dict[str, Any]:
+    return {key: view.get(key) for key in ("mandate_id", "status", "approval_id")}
 
 
 class RemoteBackend:
@@ -112,6 +130,11 @@ class RemoteBackend:
     def __init__(self, client: Client, session_id: str | None = None) -> None:
         self._client = client
         self._session_id = session_id
+
+    @property
+    def approvals_page(self) -> str:
+        """Under the URL ``tapgate mcp`` was given: the desk it runs on reaches the gateway there."""
+        return self._client.url + APPROVALS_PAGE
 
     async def tools(self) -> list[dict[str, Any]]:
         with _reaching(self._client.url):
@@ -127,7 +150,7 @@ class RemoteBackend:
 
     async def request_mandate(self, body: dict[str, Any]) -> dict[str, Any]:
         with _reaching(self._client.url):
-            return await self._client.request_mandate(
+            answer = await self._client.request_mandate(
                 body["tools"],
                 max_calls=body["max_calls"],
                 expires_in_seconds=body["expires_in_seconds"],
@@ -136,6 +159,11 @@ class RemoteBackend:
                 per_day=body.get("per_day"),
                 any_agent="agent_id" in body,
             )
+        return _mandate_answer(answer)
+
+    async def mandate(self, mandate_id: str) -> dict[str, Any]:
+        with _reaching(self._client.url):
+            return _mandate_answer(await self._client.mandate(mandate_id))
 
     async def watch_tools(
         self, on_change: OnChange, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED

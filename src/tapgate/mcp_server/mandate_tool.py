@@ -9,6 +9,7 @@ from jsonschema import Draft202012Validator
 from mcp_types import CallToolResult, TextContent, Tool
 
 from tapgate.domain.errors import InvalidInput
+from tapgate.mcp_server.hints import tapgate_hints
 
 MANDATE_TOOL = "tapgate_request_mandate"
 
@@ -66,6 +67,9 @@ MANDATE_TOOL_DEFINITION = Tool(
         "(awaiting_signature until the person signs)."
     ),
     input_schema=MANDATE_SCHEMA,
+    title="Ask the person for a standing mandate",
+    # It only asks: nothing changes until the person signs on their phone.
+    annotations=tapgate_hints("Ask the person for a standing mandate", reads=False),
 )
 _VALIDATOR = Draft202012Validator(MANDATE_SCHEMA)
 

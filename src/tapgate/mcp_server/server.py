@@ -26,6 +26,7 @@ from mcp_types import (
     INVALID_PARAMS,
     CallToolRequestParams,
     CallToolResult,
+    InputRequiredResult,
     ListToolsResult,
     NotificationParams,
     PaginatedRequestParams,
@@ -37,6 +38,7 @@ from mcp_types import (
 from tapgate import __version__
 from tapgate.domain.errors import InvalidInput, NotFound, TapgateError
 from tapgate.mcp_server.backends import Backend
+from tapgate.mcp_server.hints import annotated, tapgate_hints
 from tapgate.mcp_server.mandate_tool import (
     MANDATE_TOOL,
     MANDATE_TOOL_DEFINITION,
@@ -44,6 +46,7 @@ from tapgate.mcp_server.mandate_tool import (
     mandate_result,
 )
 from tapgate.mcp_server.outcomes import RESULT_TOOL, error_result, tool_result
+from tapgate.mcp_server.pointing import Pointer
 
 __all__ = ["DEFAULT_WAIT", "RESULT_TOOL", "build_server"]
 
@@ -78,6 +81,8 @@ RESULT_TOOL_DEFINITION = Tool(
         "for the person's approval. Give the invocation_id that call returned."
     ),
     input_schema=RESULT_SCHEMA,
+    title="The result of an earlier call",
+    annotations=tapgate_hints("The result of an earlier call", reads=True),
 )
 _RESULT_VALIDATOR = Draft202012Validator(RESULT_SCHEMA)
 
@@ -137,26 +142,69 @@ def build_server(backend_for: BackendFor, *, wait: float = DEFAULT_WAIT) -> Serv
             listed = await backend_for(ctx).tools()
         except TapgateError as e:
             raise _mcp_error(e) from None
-        tools = [Tool.model_validate(tool) for tool in listed]
+        tools = [annotated(tool) for tool in listed]
         # The list is the person's and may change at any moment: never cached, never shared.
         return ListToolsResult(
             tools=[*tools, RESULT_TOOL_DEFINITION, MANDATE_TOOL_DEFINITION], ttl_ms=0, cache_scope="private"
         )
 
-    async def call_tool(ctx: ServerRequestContext[Any, Any], params: CallToolRequestParams) -> CallToolResult:
+    async def call_tool(
+        ctx: ServerRequestContext[Any, Any], params: CallToolRequestParams
+    ) -> CallToolResult | InputRequiredResult:
         backend = backend_for(ctx)
         arguments = params.arguments or {}
+        pointer = Pointer.for_client(ctx, backend.approvals_page, wait)
         try:
             if params.name == RESULT_TOOL:
                 invocation_id, result_wait = check_result_arguments(arguments)
                 return tool_result(await backend.result(invocation_id, result_wait))
             if params.name == MANDATE_TOOL:
-                return mandate_result(await backend.request_mandate(mandate_body(arguments)))
+                return await request_mandate(backend, pointer, params)
             # Device tools are checked by the check chain itself (params, then the capability's own
             # rules), which audits a refusal and words it as the model should read it.
-            return tool_result(await backend.invoke(params.name, arguments, wait))
+            if pointer is None:
+                return tool_result(await backend.invoke(params.name, arguments, wait))
+            return await invoke_pointing(backend, pointer, params)
         except TapgateError as e:
             return error_result(e.message)
+
+    async def invoke_pointing(
+        backend: Backend, pointer: Pointer, params: CallToolRequestParams
+    ) -> CallToolResult | InputRequiredResult:
+        """A device call for a client that can open a page: when the call waits for the person, the
+        client is shown the console's approvals page, then the call is held as for any client."""
+        if params.request_state is not None:  # the client's return after it was shown the page
+            return tool_result(await backend.result(params.request_state, wait))
+        call = await backend.invoke(params.name, params.arguments or {}, 0)
+        if call.status != "awaiting_approval":
+            return tool_result(await backend.result(call.id, wait) if call.open else call)
+        message = (
+            f"tapgate asks the person to approve {call.tool} on their phone; the card shows the code "
+            f"{call.binding_code}. This page shows what waits for them; only their phone decides."
+        )
+
+        async def held() -> CallToolResult:
+            return tool_result(await backend.result(call.id, wait))
+
+        return await pointer.show(message, call.id, held)
+
+    async def request_mandate(
+        backend: Backend, pointer: Pointer | None, params: CallToolRequestParams
+    ) -> CallToolResult | InputRequiredResult:
+        if pointer is not None and params.request_state is not None:
+            return mandate_result(await backend.mandate(params.request_state))
+        answer = await backend.request_mandate(mandate_body(params.arguments or {}))
+        if pointer is None or answer["status"] != "awaiting_signature":
+            return mandate_result(answer)
+        message = (
+            "tapgate asks the person to sign a standing mandate on their phone. This page shows what "
+            "waits for them; only their phone decides."
+        )
+
+        async def asked() -> CallToolResult:
+            return mandate_result(answer)
+
+        return await pointer.show(message, str(answer["mandate_id"]), asked)
 
     async def watch_on_connection(ctx: ServerRequestContext[Any, Any], _: NotificationParams) -> None:
         try:
