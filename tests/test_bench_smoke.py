@@ -370,7 +370,9 @@ def test_the_in_process_calls_run_on_postgresql_and_say_what_postgresql_spent(
     assert run.returncode == 0, run.stdout + run.stderr
     result = json.loads(run.stdout)
     assert result["calls"] == 5 and result["postgres_cpu_us_per_call"] >= 0
-    assert result["writing_per_call"] == 2.0
+    # Two writing transactions a call, and at most one more in the window: a background worker's pass
+    # (the expiry sweep or the outbox) may land between the calls on a busy machine.
+    assert 2.0 <= result["writing_per_call"] <= 2.0 + 1 / 5
 
 
 def test_a_row_keeps_its_median_turn_and_a_row_no_turn_measured_stays_skipped() -> None:
