@@ -34,6 +34,7 @@ from tapgate.adapters.store.sql_journal import ChainHead, KeptHeads, Notify, Sql
 from tapgate.adapters.store.sql_mandates import SqlMandates
 from tapgate.adapters.store.sql_outbox import SqlOutbox
 from tapgate.adapters.store.sqlite import SqliteDatabase
+from tapgate.adapters.store.tenancy import across_tenants
 from tapgate.adapters.store.urls import engine_url
 from tapgate.adapters.wake.local import LocalWake
 from tapgate.adapters.wake.postgres import CHANNEL
@@ -135,7 +136,9 @@ class SqlStore:
         try:
             if self.sqlite is not None:
                 async with self.sqlite.reading() as inline:
-                    rows = await inline.execute(select(t.tenants.c.tenant_id).order_by(t.tenants.c.tenant_id))
+                    rows = await inline.execute(
+                        across_tenants(select(t.tenants.c.tenant_id)).order_by(t.tenants.c.tenant_id)
+                    )
                     return [r[0] for r in rows]
             async with contextlib.AsyncExitStack() as held:
                 _, rows = await self._begin(held, text("SELECT tapgate_tenant_ids()"))
