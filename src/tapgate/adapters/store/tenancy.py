@@ -3,13 +3,15 @@
 Every tenant's rows share each table, told apart by their ``tenant_id``. On PostgreSQL row-level security
 holds a transaction to its tenant again; on SQLite the condition these functions add is the only thing that
 does. So no repository writes ``tenant_id = …`` itself: it builds its statement and hands it to ``scoped``,
-joins tables with ``join``, and fills a new row's tenant with ``owned``. ``tests/test_tenancy_one_place.py``
+joins tables with ``join``, and fills a new row's tenant with ``owned`` (the in-memory store picks its
+tenant's rows with ``of_tenant`` and checks a new row's with ``owned``). ``tests/test_tenancy_one_place.py``
 reads the store's modules and fails on a tenant condition written anywhere else, or on a statement that
 does not pass through here.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, TypeVar
 
 from sqlalchemy import Table, and_, bindparam
@@ -22,6 +24,8 @@ from tapgate.domain.errors import StorageError
 TENANT: Any = bindparam("tenant")
 
 S = TypeVar("S", Select[Any], Update, Delete)
+K = TypeVar("K", bound=tuple[str, ...])
+V = TypeVar("V")
 
 
 def scoped(statement: S, tenant: Any = TENANT) -> S:
@@ -58,6 +62,11 @@ def owned(row: dict[str, Any], tenant: str) -> dict[str, Any]:
     if row.setdefault("tenant_id", tenant) != tenant:
         raise StorageError("A row of one tenant was written in another tenant's unit of work.")
     return row
+
+
+def of_tenant(rows: Mapping[K, V], tenant: str) -> list[V]:
+    """``tenant``'s rows of a table of the in-memory store, whose keys each begin with their tenant."""
+    return [row for key, row in rows.items() if key[0] == tenant]
 
 
 def tenant_is(place: str) -> str:
