@@ -219,7 +219,10 @@ def _arguments(
         "passkeys": {"credential_id": ids["passkey"].credential_id},
     }.get(repository, {})
     values = {**ids, **common, **own, **special}
-    return [values[name] for name in list(signature.parameters)[1:]]
+    names = list(signature.parameters)[1:]
+    unknown = [name for name in names if name not in values]
+    assert unknown == [], f"{repository}.{method}: say here what of A's it takes as {unknown}"
+    return [values[name] for name in names]
 
 
 def _methods() -> list[tuple[str, str, inspect.Signature]]:

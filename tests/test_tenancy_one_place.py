@@ -55,7 +55,7 @@ def hand_written(source: str) -> list[str]:
             and SQL_CONDITION.search(node.value)
         ):
             found.append(f"a tenant_id condition in SQL text, {where}")
-        elif isinstance(node, ast.Call) and _name(node) in ("filter_by", "Join"):
+        elif isinstance(node, ast.Call) and _name(node) in ("filter_by", "Join", "select_from"):
             found.append(f"{_name(node)} outside tenancy.py, {where}")
         elif (
             isinstance(node, ast.Call)
@@ -97,6 +97,7 @@ def test_no_store_module_holds_a_statement_to_its_tenant_by_hand() -> None:
         "q = text('UPDATE devices SET status = 1 WHERE tenant_id = :t')",
         "q = scoped(select(t.devices).select_from(t.devices.outerjoin(t.capabilities, on)))",
         "q = scoped(select(t.users).filter_by(tenant_id=tenant))",
+        "q = scoped(select(func.count()).select_from(t.users).where(c.user_id == u), tenant)",
     ],
 )
 def test_the_scan_finds_every_way_of_holding_a_statement_to_a_tenant_by_hand(source: str) -> None:
@@ -107,16 +108,16 @@ def test_the_scan_lets_through_statements_the_helpers_hold() -> None:
     source = """
 q = scoped(select(t.users)).where(c.user_id == u).order_by(c.user_id)
 r = self.scoped(update(t.devices)).where(c.device_uid == d).values(status="revoked")
-s = scoped(select(func.count()).select_from(t.approvals)).where(c.user_id.in_(scoped(select(c2.user_id))))
+s = scoped(select(func.count()), over=t.approvals).where(c.user_id.in_(scoped(select(c2.user_id))))
 n = across_tenants(select(t.tenants.c.tenant_id)).order_by(t.tenants.c.tenant_id)
 """
     assert hand_written(source) == []
 
 
-def test_a_select_is_scoped_only_once_it_names_its_tables() -> None:
-    with pytest.raises(ValueError, match="reads none yet"):
+def test_a_select_of_no_tables_columns_is_scoped_only_over_a_table_it_names() -> None:
+    with pytest.raises(ValueError, match="over its table"):
         scoped(select(func.count()))
-    counted = scoped(select(func.count()).select_from(t.users), "acme")
+    counted = scoped(select(func.count()), "acme", over=t.users)
     assert "users.tenant_id = :tenant_id_1" in str(counted)
 
 

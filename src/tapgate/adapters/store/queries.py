@@ -48,9 +48,8 @@ CAPABILITIES = _CAPABILITIES.where(_cap.device_uid.in_(bindparam("uids", expandi
 CAPABILITIES_OF = _CAPABILITIES.where(_cap.device_uid == bindparam("uid"))
 # One device with its capabilities in one statement: a row per capability (one with none if it has none).
 _WITH_CAPABILITIES = scoped(
-    select(t.devices, _cap.definition, _cap.granted).select_from(
-        join(t.devices, t.capabilities, _cap.device_uid == _dev.device_uid, outer=True)
-    )
+    select(t.devices, _cap.definition, _cap.granted),
+    over=join(t.devices, t.capabilities, _cap.device_uid == _dev.device_uid, outer=True),
 ).order_by(_dev.created_at, _dev.device_uid, _cap.position)
 DEVICE_BY_UID_WITH_CAPABILITIES = _WITH_CAPABILITIES.where(_dev.device_uid == bindparam("uid"))
 LIVE_DEVICE_WITH_CAPABILITIES = _WITH_CAPABILITIES.where(
@@ -75,7 +74,8 @@ INVOCATION_WITH_PRESENCE = scoped(
         _dev.status.label("device_status"),
         _dev.link_until.label("device_link_until"),
         _dev.push_kind.label("device_push_kind"),
-    ).select_from(join(t.invocations, t.devices, _dev.device_uid == _inv.device_uid, outer=True))
+    ),
+    over=join(t.invocations, t.devices, _dev.device_uid == _inv.device_uid, outer=True),
 ).where(_inv.user_id == bindparam("user"), _inv.invocation_id == bindparam("id"))
 PENDING_FOR = (
     scoped(select(t.invocations))
@@ -148,7 +148,7 @@ ANSWER_WITH_PRESENCE = ANSWER.returning(
 # The person's calls that wait for them to confirm on a device, counted through their devices: by the
 # calls' index of device and status, the person's own pending calls only. (Asked by status alone, SQLite
 # took the index of every tenant's open calls, and counted through all of them.)
-COUNT_CONFIRMING = scoped(select(func.count()).select_from(t.invocations)).where(
+COUNT_CONFIRMING = scoped(select(func.count()), over=t.invocations).where(
     _inv.device_uid.in_(scoped(select(_dev.device_uid)).where(_dev.user_id == bindparam("user"))),
     _inv.user_id == bindparam("user"),
     _inv.status == Status.PENDING.value,
@@ -177,7 +177,7 @@ EVENTS_AFTER = (
 SESSION = scoped(select(t.sessions)).where(
     _ses.user_id == bindparam("user"), _ses.session_id == bindparam("session")
 )
-COUNT_PENDING_APPROVALS = scoped(select(func.count()).select_from(t.approvals)).where(
+COUNT_PENDING_APPROVALS = scoped(select(func.count()), over=t.approvals).where(
     _apr.user_id == bindparam("user"), _apr.status == ApprovalStatus.PENDING.value
 )
 PAUSED_UNTIL = scoped(select(_pause.until)).where(

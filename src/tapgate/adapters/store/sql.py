@@ -1,7 +1,8 @@
 """The Store over SQL: SQLite (stdlib sqlite3 on the event loop, ``sqlite.py``) and PostgreSQL (asyncpg, RLS).
 
-Every query names its tenant; on PostgreSQL each transaction also sets ``app.tenant_id`` so that
-row-level security hides every other tenant's rows even from a query that forgot to.
+Every query is held to its tenant by ``tenancy.py``; on PostgreSQL each transaction also sets
+``app.tenant_id`` so that row-level security hides every other tenant's rows even from a query that forgot
+to.
 """
 
 from __future__ import annotations

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import functools
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol
 
 from sqlalchemy import insert
 from sqlalchemy.exc import IntegrityError
 
 from tapgate.adapters.store.postgres_raw import PostgresConnection
 from tapgate.adapters.store.queries import hot
-from tapgate.adapters.store.tenancy import owned, scoped
+from tapgate.adapters.store.tenancy import S, owned, scoped
 from tapgate.domain.errors import Conflict, StorageError
 
 
@@ -28,8 +28,6 @@ class Conn(Protocol):
 
 _MISSING = "A row refers to something that does not exist in this tenant."
 
-S = TypeVar("S")
-
 
 class Repo:
     """One tenant's rows of one aggregate: every statement is held to its tenant by ``tenancy.py`` (and on
@@ -39,9 +37,9 @@ class Repo:
         self.conn = conn
         self.tenant_id = tenant_id
 
-    def scoped(self, statement: S) -> S:
+    def scoped(self, statement: S, *, over: Any = None) -> S:
         """``statement`` held to this repository's tenant's rows (``tenancy.scoped``)."""
-        return scoped(statement, self.tenant_id)  # type: ignore[type-var]
+        return scoped(statement, self.tenant_id, over=over)
 
     def owned(self, row: dict[str, Any]) -> dict[str, Any]:
         """``row``, to be inserted, filled in as this repository's tenant's (``tenancy.owned``)."""

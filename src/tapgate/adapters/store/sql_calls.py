@@ -408,7 +408,7 @@ class SqlApprovals(Repo):
     async def count_pending(self, user_id: str) -> int:
         c = t.approvals.c
         count = await self.conn.scalar(
-            self.scoped(select(func.count()).select_from(t.approvals)).where(
+            self.scoped(select(func.count()), over=t.approvals).where(
                 c.user_id == user_id, c.status == ApprovalStatus.PENDING.value, c.invocation_id.is_not(None)
             )
         )

@@ -145,7 +145,7 @@ class SqlDevices(Repo):
     async def count_live(self, user_id: str) -> int:
         c = t.devices.c
         count = await self.conn.scalar(
-            self.scoped(select(func.count()).select_from(t.devices)).where(c.user_id == user_id, q.LIVE)
+            self.scoped(select(func.count()), over=t.devices).where(c.user_id == user_id, q.LIVE)
         )
         return int(count or 0)
 

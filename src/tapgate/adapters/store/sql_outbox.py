@@ -129,7 +129,7 @@ class SqlOutbox(Repo):
     async def pushed_since(self, user_id: str, since: datetime) -> int:
         c = t.push_outbox.c
         count = await self.conn.scalar(
-            self.scoped(select(func.count()).select_from(t.push_outbox)).where(
+            self.scoped(select(func.count()), over=t.push_outbox).where(
                 c.user_id == user_id, c.pushed_at >= since, c.status.in_(_PUSHED)
             )
         )

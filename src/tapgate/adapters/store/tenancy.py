@@ -28,16 +28,23 @@ K = TypeVar("K", bound=tuple[str, ...])
 V = TypeVar("V")
 
 
-def scoped(statement: S, tenant: Any = TENANT) -> S:
+def scoped(statement: S, tenant: Any = TENANT, *, over: Any = None) -> S:
     """``statement`` held to ``tenant``'s rows: ``tenant_id = tenant`` for the table an UPDATE or DELETE
-    changes, or for each table a SELECT reads (the other tables of a join are held to it by ``join``'s
-    condition). ``tenant`` is the tenant itself, ``TENANT`` for a statement built once, or the column of
-    an enclosing statement's table for a correlated subquery."""
+    changes, or for each table a SELECT reads: those its columns come from, or the one it reads ``over``
+    (a table, or a ``join`` whose other tables its condition holds to the first's tenant). ``tenant`` is
+    the tenant itself, ``TENANT`` for a statement built once, or the column of an enclosing statement's
+    table for a correlated subquery.
+
+    The tables are taken from what the caller names, not from SQLAlchemy's final FROM list: working that
+    out costs a hundred times what building the statement does."""
     if isinstance(statement, Update | Delete):
         return statement.where(_tenant_column(statement.table) == tenant)
-    froms = statement.get_final_froms()
+    if over is not None:
+        statement, froms = statement.select_from(over), [over]
+    else:
+        froms = statement.columns_clause_froms
     if not froms:
-        raise ValueError("Scope a SELECT once it names its tables: it reads none yet.")
+        raise ValueError("A SELECT of no table's columns is scoped over its table: say which with over=.")
     for source in froms:
         statement = statement.where(_tenant_column(source) == tenant)
     return statement
