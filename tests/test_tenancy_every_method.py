@@ -121,11 +121,10 @@ async def _a_and_its_ids(path: Path, store: Store, a: str, b: str) -> dict[str, 
             "mandate": await uow.mandates.get(row["mandates"][0]["mandate_id"]),
             "passkey": await uow.passkeys.get(row["passkeys"][0]["credential_id"]),
             "sign_in": await uow.sign_ins.get(row["console_sign_ins"][0]["sign_in_id"]),
+            "session_console": await uow.console_sessions.get(console["session_id"]),
         }
     assert all(objects.values()), [name for name, found in objects.items() if found is None]
-    console_session = await _console_session(store, a, console["session_id"])
     relabelled = {name: dataclasses.replace(o, tenant_id=b) for name, o in objects.items()}
-    relabelled["session_console"] = dataclasses.replace(console_session, tenant_id=b)
     receipt = row["ingest_receipts"][0]
     return {
         **relabelled,
@@ -152,11 +151,6 @@ async def _a_and_its_ids(path: Path, store: Store, a: str, b: str) -> dict[str, 
         "type": row["events"][0]["type"],
         "kinds": sorted({p["kind"] for p in row["approvals"]}),
     }
-
-
-async def _console_session(store: Store, tenant: str, session_id: str) -> Any:
-    async with store.unit_of_work(tenant) as uow:
-        return await uow.console_sessions.get(session_id)
 
 
 def _arguments(
