@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
+from tapgate.adapters.store.tenancy import of_tenant, owned
 from tapgate.adapters.wake.local import LocalWake
 from tapgate.domain.accounts import Credential, Tenant, User
 from tapgate.domain.audit import GENESIS, AuditEntry, AuditRecord, chain_entry
@@ -147,8 +148,7 @@ class _Repo:
 
     def _own(self, tenant_id: str) -> None:
         # What row-level security's WITH CHECK does on PostgreSQL.
-        if tenant_id != self.tenant_id:
-            raise StorageError("A row for another tenant cannot be written in this unit of work.")
+        owned({"tenant_id": tenant_id}, self.tenant_id)
 
 
 class _Tenants(_Repo):
@@ -184,7 +184,7 @@ class _Users(_Repo):
 
     async def list(self) -> Sequence[User]:
         return sorted(
-            (user for (tenant, _), user in self.state.users.items() if tenant == self.tenant_id),
+            of_tenant(self.state.users, self.tenant_id),
             key=lambda user: user.user_id,
         )
 
@@ -201,16 +201,16 @@ class _Credentials(_Repo):
         return self.state.credentials.get((self.tenant_id, credential_id))
 
     async def revoke_device(self, device_uid: str, at: datetime) -> None:
-        for key, credential in list(self.state.credentials.items()):
-            if key[0] == self.tenant_id and credential.device_uid == device_uid and not credential.revoked_at:
+        for credential in of_tenant(self.state.credentials, self.tenant_id):
+            if credential.device_uid == device_uid and not credential.revoked_at:
+                key = (self.tenant_id, credential.credential_id)
                 self.state.credentials[key] = replace(credential, revoked_at=at)
 
     async def list(self, user_id: str | None = None, kind: TokenKind | None = None) -> Sequence[Credential]:
         found = [
             c
-            for (tenant, _), c in self.state.credentials.items()
-            if tenant == self.tenant_id
-            and c.revoked_at is None
+            for c in of_tenant(self.state.credentials, self.tenant_id)
+            if c.revoked_at is None
             and (user_id is None or c.user_id == user_id)
             and (kind is None or c.kind is kind)
         ]
@@ -234,7 +234,7 @@ class _Credentials(_Repo):
 
 class _Devices(_Repo):
     def _mine(self) -> list[Device]:
-        found = [d for (tenant, _), d in self.state.devices.items() if tenant == self.tenant_id]
+        found = of_tenant(self.state.devices, self.tenant_id)
         return sorted(found, key=lambda d: (d.created_at, d.device_uid))
 
     async def add(self, device: Device) -> None:
@@ -362,7 +362,7 @@ class _Journal(_Repo):
 
 class _Invocations(_Repo):
     def _mine(self) -> list[Invocation]:
-        found = [i for (tenant, _, _), i in self.state.invocations.items() if tenant == self.tenant_id]
+        found = of_tenant(self.state.invocations, self.tenant_id)
         return sorted(found, key=lambda i: (i.created_at, i.invocation_id))
 
     async def add(self, invocation: Invocation) -> None:
@@ -543,7 +543,7 @@ _PUSHED = (OutboxStatus.QUEUED, OutboxStatus.SENT)
 
 class _Outbox(_Repo):
     def _mine(self) -> list[OutboxItem]:
-        found = [i for (t, _), i in self.state.outbox.items() if t == self.tenant_id]
+        found = of_tenant(self.state.outbox, self.tenant_id)
         return sorted(found, key=lambda i: (i.created_at, i.delivery_id))
 
     async def add(self, item: OutboxItem) -> None:
@@ -637,7 +637,7 @@ def _kept(item: OutboxItem) -> OutboxItem:
 
 class _Approvals(_Repo):
     def _mine(self) -> list[Approval]:
-        found = [a for (t, _), a in self.state.approvals.items() if t == self.tenant_id]
+        found = of_tenant(self.state.approvals, self.tenant_id)
         return sorted(found, key=lambda a: (a.created_at, a.approval_id))
 
     async def add(self, approval: Approval) -> None:
@@ -692,7 +692,7 @@ class _Passkeys(_Repo):
         return self.state.passkeys.get((self.tenant_id, credential_id))
 
     async def for_device(self, device_uid: str) -> Sequence[Passkey]:
-        found = [p for (t, _), p in self.state.passkeys.items() if t == self.tenant_id]
+        found = of_tenant(self.state.passkeys, self.tenant_id)
         return sorted((p for p in found if p.device_uid == device_uid), key=lambda p: p.created_at)
 
     async def set_sign_count(self, credential_id: str, sign_count: int) -> None:
@@ -768,11 +768,7 @@ class _SignIns(_Repo):
 
     async def delete_ended(self, now: datetime, limit: int) -> int:
         ended = sorted(
-            (
-                s
-                for (tenant, _), s in self.state.sign_ins.items()
-                if tenant == self.tenant_id and s.expires_at < now
-            ),
+            (s for s in of_tenant(self.state.sign_ins, self.tenant_id) if s.expires_at < now),
             key=lambda s: s.expires_at,
         )[:limit]
         for sign_in in ended:
@@ -789,11 +785,7 @@ class _ConsoleSessions(_Repo):
         return self.state.console_sessions.get((self.tenant_id, session_id))
 
     async def list_for(self, user_id: str) -> Sequence[ConsoleSession]:
-        found = [
-            s
-            for (tenant, _), s in self.state.console_sessions.items()
-            if tenant == self.tenant_id and s.user_id == user_id
-        ]
+        found = [s for s in of_tenant(self.state.console_sessions, self.tenant_id) if s.user_id == user_id]
         return sorted(found, key=lambda s: s.created_at, reverse=True)[:50]
 
     async def revoke(self, session_id: str, at: datetime) -> bool:
@@ -807,16 +799,16 @@ class _ConsoleSessions(_Repo):
     async def live(self, now: datetime, user_id: str | None = None) -> Sequence[ConsoleSession]:
         found = [
             s
-            for (tenant, _), s in self.state.console_sessions.items()
-            if tenant == self.tenant_id and s.live_at(now) and user_id in (None, s.user_id)
+            for s in of_tenant(self.state.console_sessions, self.tenant_id)
+            if s.live_at(now) and user_id in (None, s.user_id)
         ]
         return sorted(found, key=lambda s: (s.created_at, s.session_id))
 
     async def revoke_signed_by(self, approver_uid: str, at: datetime) -> Sequence[str]:
         ids = [
             s.session_id
-            for (tenant, _), s in self.state.console_sessions.items()
-            if tenant == self.tenant_id and s.approver_uid == approver_uid and s.revoked_at is None
+            for s in of_tenant(self.state.console_sessions, self.tenant_id)
+            if s.approver_uid == approver_uid and s.revoked_at is None
         ]
         for session_id in ids:
             key = (self.tenant_id, session_id)
@@ -841,9 +833,7 @@ class _Mandates(_Repo):
         return self.state.mandates.get((self.tenant_id, mandate_id))
 
     async def list_for(self, user_id: str) -> Sequence[Mandate]:
-        found = [
-            m for (t, _), m in self.state.mandates.items() if t == self.tenant_id and m.user_id == user_id
-        ]
+        found = [m for m in of_tenant(self.state.mandates, self.tenant_id) if m.user_id == user_id]
         return sorted(found, key=lambda m: (m.created_at, m.mandate_id), reverse=True)
 
     async def live_for(self, user_id: str, now: datetime) -> Sequence[Mandate]:
@@ -867,8 +857,8 @@ class _Mandates(_Repo):
     async def ended(self, now: datetime, limit: int) -> Sequence[Mandate]:
         found = [
             m
-            for (t, _), m in self.state.mandates.items()
-            if t == self.tenant_id and m.status is MandateStatus.ACTIVE and m.expires_at <= now
+            for m in of_tenant(self.state.mandates, self.tenant_id)
+            if m.status is MandateStatus.ACTIVE and m.expires_at <= now
         ]
         return sorted(found, key=lambda m: (m.expires_at, m.mandate_id))[:limit]
 

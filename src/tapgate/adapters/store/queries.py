@@ -13,11 +13,11 @@ from typing import Any
 from sqlalchemy import bindparam, func, literal_column, or_, select, update
 
 from tapgate.adapters.store import tables as t
+from tapgate.adapters.store.tenancy import join, scoped
 from tapgate.domain.devices import DeviceStatus
 from tapgate.domain.inbox import ApprovalStatus
 from tapgate.domain.invocations import CONFIRMED_ON_DEVICE, OPEN, Status
 
-_tenant: Any = bindparam("tenant")
 _cred = t.credentials.c
 _dev = t.devices.c
 _cap = t.capabilities.c
@@ -34,31 +34,23 @@ _pause = t.agent_pauses.c
 # PostgreSQL generic plan cannot use the index at all.
 LIVE = _dev.status != literal_column(f"'{DeviceStatus.REVOKED.value}'")
 
-CREDENTIAL = select(t.credentials).where(_cred.tenant_id == _tenant, _cred.credential_id == bindparam("id"))
+CREDENTIAL = scoped(select(t.credentials)).where(_cred.credential_id == bindparam("id"))
 
-_DEVICES = select(t.devices).where(_dev.tenant_id == _tenant).order_by(_dev.created_at, _dev.device_uid)
-DEVICE_PRESENCE = select(_dev.status, _dev.link_until, _dev.push_kind).where(
-    _dev.tenant_id == _tenant, _dev.device_uid == bindparam("uid")
+_DEVICES = scoped(select(t.devices)).order_by(_dev.created_at, _dev.device_uid)
+DEVICE_PRESENCE = scoped(select(_dev.status, _dev.link_until, _dev.push_kind)).where(
+    _dev.device_uid == bindparam("uid")
 )
 LIVE_DEVICES = _DEVICES.where(_dev.user_id == bindparam("user"), LIVE)
-_CAPABILITIES = select(_cap.device_uid, _cap.definition, _cap.granted).order_by(
+_CAPABILITIES = scoped(select(_cap.device_uid, _cap.definition, _cap.granted)).order_by(
     _cap.device_uid, _cap.position
 )
-CAPABILITIES = _CAPABILITIES.where(
-    _cap.tenant_id == _tenant, _cap.device_uid.in_(bindparam("uids", expanding=True))
-)
-CAPABILITIES_OF = _CAPABILITIES.where(_cap.tenant_id == _tenant, _cap.device_uid == bindparam("uid"))
+CAPABILITIES = _CAPABILITIES.where(_cap.device_uid.in_(bindparam("uids", expanding=True)))
+CAPABILITIES_OF = _CAPABILITIES.where(_cap.device_uid == bindparam("uid"))
 # One device with its capabilities in one statement: a row per capability (one with none if it has none).
-_WITH_CAPABILITIES = (
-    select(t.devices, _cap.definition, _cap.granted)
-    .select_from(
-        t.devices.outerjoin(
-            t.capabilities, (_cap.tenant_id == _dev.tenant_id) & (_cap.device_uid == _dev.device_uid)
-        )
-    )
-    .where(_dev.tenant_id == _tenant)
-    .order_by(_dev.created_at, _dev.device_uid, _cap.position)
-)
+_WITH_CAPABILITIES = scoped(
+    select(t.devices, _cap.definition, _cap.granted),
+    over=join(t.devices, t.capabilities, _cap.device_uid == _dev.device_uid, outer=True),
+).order_by(_dev.created_at, _dev.device_uid, _cap.position)
 DEVICE_BY_UID_WITH_CAPABILITIES = _WITH_CAPABILITIES.where(_dev.device_uid == bindparam("uid"))
 LIVE_DEVICE_WITH_CAPABILITIES = _WITH_CAPABILITIES.where(
     _dev.user_id == bindparam("user"),
@@ -66,64 +58,47 @@ LIVE_DEVICE_WITH_CAPABILITIES = _WITH_CAPABILITIES.where(
     LIVE,
 )
 TOUCH_DEVICE = (
-    update(t.devices)
-    .where(_dev.tenant_id == _tenant, _dev.device_uid == bindparam("uid"))
-    .values(last_seen_at=bindparam("at"))
+    scoped(update(t.devices)).where(_dev.device_uid == bindparam("uid")).values(last_seen_at=bindparam("at"))
 )
 LINK_DEVICE = (
-    update(t.devices)
-    .where(_dev.tenant_id == _tenant, _dev.device_uid == bindparam("uid"))
-    .values(link_until=bindparam("until"))
+    scoped(update(t.devices)).where(_dev.device_uid == bindparam("uid")).values(link_until=bindparam("until"))
 )
 
-INVOCATION = select(t.invocations).where(
-    _inv.tenant_id == _tenant, _inv.user_id == bindparam("user"), _inv.invocation_id == bindparam("id")
+INVOCATION = scoped(select(t.invocations)).where(
+    _inv.user_id == bindparam("user"), _inv.invocation_id == bindparam("id")
 )
 # A call and its device's presence (``DEVICE_PRESENCE``), one statement: the agent's view of a call.
-INVOCATION_WITH_PRESENCE = (
+INVOCATION_WITH_PRESENCE = scoped(
     select(
         t.invocations,
         _dev.status.label("device_status"),
         _dev.link_until.label("device_link_until"),
         _dev.push_kind.label("device_push_kind"),
-    )
-    .select_from(
-        t.invocations.outerjoin(
-            t.devices, (_dev.tenant_id == _inv.tenant_id) & (_dev.device_uid == _inv.device_uid)
-        )
-    )
-    .where(
-        _inv.tenant_id == _tenant, _inv.user_id == bindparam("user"), _inv.invocation_id == bindparam("id")
-    )
-)
+    ),
+    over=join(t.invocations, t.devices, _dev.device_uid == _inv.device_uid, outer=True),
+).where(_inv.user_id == bindparam("user"), _inv.invocation_id == bindparam("id"))
 PENDING_FOR = (
-    select(t.invocations)
-    .where(
-        _inv.tenant_id == _tenant, _inv.device_uid == bindparam("uid"), _inv.status == Status.PENDING.value
-    )
+    scoped(select(t.invocations))
+    .where(_inv.device_uid == bindparam("uid"), _inv.status == Status.PENDING.value)
     .order_by(_inv.created_at, _inv.invocation_id)
     .limit(bindparam("limit"))
 )
-OPEN_FOR = select(t.invocations).where(
-    _inv.tenant_id == _tenant, _inv.device_uid == bindparam("uid"), _inv.status.in_(OPEN)
-)
+OPEN_FOR = scoped(select(t.invocations)).where(_inv.device_uid == bindparam("uid"), _inv.status.in_(OPEN))
 # A mark names its call by the whole primary key (the user with the id), one call a statement: given only
 # the tenant, the device and the id, or three ids or more in an IN list, SQLite (which has no statistics)
 # searches the device's index instead, every call the device ever had.
 MARK_ONE_DELIVERED = (
-    update(t.invocations)
+    scoped(update(t.invocations))
     .values(delivered_at=bindparam("at"))
     .where(
-        _inv.tenant_id == _tenant,
         _inv.user_id == bindparam("user"),
         _inv.invocation_id == bindparam("id"),
         _inv.device_uid == bindparam("uid"),
     )
 )
 RESOLVE = (
-    update(t.invocations)
+    scoped(update(t.invocations))
     .where(
-        _inv.tenant_id == _tenant,
         _inv.user_id == bindparam("user"),
         _inv.invocation_id == bindparam("id"),
         _inv.status.in_(OPEN),
@@ -137,9 +112,8 @@ RESOLVE = (
 )
 # A device's answer to its pending call before the call's deadline, in one statement (``Invocations.answer``).
 ANSWER = (
-    update(t.invocations)
+    scoped(update(t.invocations))
     .where(
-        _inv.tenant_id == _tenant,
         _inv.user_id == bindparam("user"),
         _inv.invocation_id == bindparam("id"),
         _inv.device_uid == bindparam("uid"),
@@ -157,11 +131,8 @@ def _of_its_device(column: Any, label: str) -> Any:
     writes every column of SQLite's RETURNING bare, and inside the subquery a bare ``tenant_id`` is the
     device's own, which would match every device."""
     return (
-        select(column)
-        .where(
-            _dev.tenant_id == literal_column("invocations.tenant_id"),
-            _dev.device_uid == literal_column("invocations.device_uid"),
-        )
+        scoped(select(column), literal_column("invocations.tenant_id"))
+        .where(_dev.device_uid == literal_column("invocations.device_uid"))
         .scalar_subquery()
         .label(label)
     )
@@ -177,11 +148,8 @@ ANSWER_WITH_PRESENCE = ANSWER.returning(
 # The person's calls that wait for them to confirm on a device, counted through their devices: by the
 # calls' index of device and status, the person's own pending calls only. (Asked by status alone, SQLite
 # took the index of every tenant's open calls, and counted through all of them.)
-COUNT_CONFIRMING = select(func.count()).where(
-    _inv.tenant_id == _tenant,
-    _inv.device_uid.in_(
-        select(_dev.device_uid).where(_dev.tenant_id == _tenant, _dev.user_id == bindparam("user"))
-    ),
+COUNT_CONFIRMING = scoped(select(func.count()), over=t.invocations).where(
+    _inv.device_uid.in_(scoped(select(_dev.device_uid)).where(_dev.user_id == bindparam("user"))),
     _inv.user_id == bindparam("user"),
     _inv.status == Status.PENDING.value,
     _inv.capability.in_(CONFIRMED_ON_DEVICE),
@@ -191,33 +159,29 @@ COUNT_CONFIRMING = select(func.count()).where(
 # entries or events wait to be sealed (sql_journal.py). On SQLite a writer reads it (one writer at a time:
 # it holds it); on PostgreSQL a reader or the sealer that must seal waits for it.
 _pending = or_(
-    select(t.audit_pending.c.key).where(t.audit_pending.c.tenant_id == _tenant).exists(),
-    select(t.events_pending.c.key).where(t.events_pending.c.tenant_id == _tenant).exists(),
+    scoped(select(t.audit_pending.c.key)).exists(),
+    scoped(select(t.events_pending.c.key)).exists(),
 )
-CHAIN_HEAD = select(_head.seq, _head.hash, _head.event_seq, _pending.label("pending")).where(
-    _head.tenant_id == _tenant
-)
+CHAIN_HEAD = scoped(select(_head.seq, _head.hash, _head.event_seq, _pending.label("pending")))
 CHAIN_HEAD_WAIT = CHAIN_HEAD.with_for_update()
-MOVE_CHAIN_HEAD = (
-    update(t.audit_heads)
-    .where(_head.tenant_id == _tenant)
-    .values(seq=bindparam("seq"), hash=bindparam("hash"), event_seq=bindparam("event_seq"))
+MOVE_CHAIN_HEAD = scoped(update(t.audit_heads)).values(
+    seq=bindparam("seq"), hash=bindparam("hash"), event_seq=bindparam("event_seq")
 )
 EVENTS_AFTER = (
-    select(t.events)
-    .where(_evt.tenant_id == _tenant, _evt.user_id == bindparam("user"), _evt.seq > bindparam("after"))
+    scoped(select(t.events))
+    .where(_evt.user_id == bindparam("user"), _evt.seq > bindparam("after"))
     .order_by(_evt.seq)
     .limit(bindparam("limit"))
 )
 
-SESSION = select(t.sessions).where(
-    _ses.tenant_id == _tenant, _ses.user_id == bindparam("user"), _ses.session_id == bindparam("session")
+SESSION = scoped(select(t.sessions)).where(
+    _ses.user_id == bindparam("user"), _ses.session_id == bindparam("session")
 )
-COUNT_PENDING_APPROVALS = select(func.count()).where(
-    _apr.tenant_id == _tenant, _apr.user_id == bindparam("user"), _apr.status == ApprovalStatus.PENDING.value
+COUNT_PENDING_APPROVALS = scoped(select(func.count()), over=t.approvals).where(
+    _apr.user_id == bindparam("user"), _apr.status == ApprovalStatus.PENDING.value
 )
-PAUSED_UNTIL = select(_pause.until).where(
-    _pause.tenant_id == _tenant, _pause.user_id == bindparam("user"), _pause.agent_id == bindparam("agent")
+PAUSED_UNTIL = scoped(select(_pause.until)).where(
+    _pause.user_id == bindparam("user"), _pause.agent_id == bindparam("agent")
 )
 # A live device with its capabilities and the person's pause of every agent ("agent": ALL_AGENTS), one
 # statement: the check chain's first look at a call.
@@ -229,39 +193,31 @@ _rcpt = t.ingest_receipts.c
 _count = t.ingest_counters.c
 _tri = t.triage_sessions.c
 _msg = t.session_messages.c
-RECEIPT = select(_rcpt.receipt_id, _rcpt.session_id).where(
-    _rcpt.tenant_id == _tenant,
+RECEIPT = scoped(select(_rcpt.receipt_id, _rcpt.session_id)).where(
     _rcpt.device_uid == bindparam("uid"),
     _rcpt.channel == bindparam("via"),
     _rcpt.digest == bindparam("digest"),
 )
-_TODAY = (
-    _count.tenant_id == _tenant,
-    _count.device_uid == bindparam("uid"),
-    _count.day == bindparam("today"),
-)
+_TODAY = (_count.device_uid == bindparam("uid"), _count.day == bindparam("today"))
 COUNT_INGEST = (
-    update(t.ingest_counters).where(*_TODAY, _count.count < bindparam("cap")).values(count=_count.count + 1)
+    scoped(update(t.ingest_counters))
+    .where(*_TODAY, _count.count < bindparam("cap"))
+    .values(count=_count.count + 1)
 )
-INGEST_COUNT = select(_count.count).where(*_TODAY)
-_TRIAGE = (
-    _tri.tenant_id == _tenant,
-    _tri.device_uid == bindparam("uid"),
-    _tri.channel == bindparam("via"),
-)
-TRIAGE = select(_tri.session_id, _tri.last_message_at).where(*_TRIAGE)
+INGEST_COUNT = scoped(select(_count.count)).where(*_TODAY)
+_TRIAGE = (_tri.device_uid == bindparam("uid"), _tri.channel == bindparam("via"))
+TRIAGE = scoped(select(_tri.session_id, _tri.last_message_at)).where(*_TRIAGE)
 MOVE_TRIAGE = (
-    update(t.triage_sessions)
+    scoped(update(t.triage_sessions))
     .where(*_TRIAGE)
     .values(session_id=bindparam("session"), last_message_at=bindparam("at"))
 )
-LAST_MESSAGE = select(func.max(_msg.seq)).where(
-    _msg.tenant_id == _tenant, _msg.user_id == bindparam("user"), _msg.session_id == bindparam("session")
+LAST_MESSAGE = scoped(select(func.max(_msg.seq))).where(
+    _msg.user_id == bindparam("user"), _msg.session_id == bindparam("session")
 )
 DECIDE = (
-    update(t.approvals)
+    scoped(update(t.approvals))
     .where(
-        _apr.tenant_id == _tenant,
         _apr.approval_id == bindparam("id"),
         _apr.status == ApprovalStatus.PENDING.value,
     )

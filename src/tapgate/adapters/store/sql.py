@@ -1,7 +1,8 @@
 """The Store over SQL: SQLite (stdlib sqlite3 on the event loop, ``sqlite.py``) and PostgreSQL (asyncpg, RLS).
 
-Every query names its tenant; on PostgreSQL each transaction also sets ``app.tenant_id`` so that
-row-level security hides every other tenant's rows even from a query that forgot to.
+Every query is held to its tenant by ``tenancy.py``; on PostgreSQL each transaction also sets
+``app.tenant_id`` so that row-level security hides every other tenant's rows even from a query that forgot
+to.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from tapgate.adapters.store.sql_journal import ChainHead, KeptHeads, Notify, Sql
 from tapgate.adapters.store.sql_mandates import SqlMandates
 from tapgate.adapters.store.sql_outbox import SqlOutbox
 from tapgate.adapters.store.sqlite import SqliteDatabase
+from tapgate.adapters.store.tenancy import across_tenants
 from tapgate.adapters.store.urls import engine_url
 from tapgate.adapters.wake.local import LocalWake
 from tapgate.adapters.wake.postgres import CHANNEL
@@ -135,7 +137,9 @@ class SqlStore:
         try:
             if self.sqlite is not None:
                 async with self.sqlite.reading() as inline:
-                    rows = await inline.execute(select(t.tenants.c.tenant_id).order_by(t.tenants.c.tenant_id))
+                    rows = await inline.execute(
+                        across_tenants(select(t.tenants.c.tenant_id)).order_by(t.tenants.c.tenant_id)
+                    )
                     return [r[0] for r in rows]
             async with contextlib.AsyncExitStack() as held:
                 _, rows = await self._begin(held, text("SELECT tapgate_tenant_ids()"))

@@ -22,13 +22,11 @@ class SqlTenants(Repo):
         row = {"tenant_id": tenant.tenant_id, "name": tenant.name, "created_at": tenant.created_at}
         await self._insert(t.tenants, row, f"A tenant named {tenant.tenant_id!r} exists; pick another name.")
         await self.conn.execute(
-            insert_into(t.audit_heads), {"tenant_id": tenant.tenant_id, "seq": 0, "hash": GENESIS}
+            insert_into(t.audit_heads), self.owned({"tenant_id": tenant.tenant_id, "seq": 0, "hash": GENESIS})
         )
 
     async def get(self) -> Tenant | None:
-        row = (
-            await self.conn.execute(select(t.tenants).where(t.tenants.c.tenant_id == self.tenant_id))
-        ).first()
+        row = (await self.conn.execute(self.scoped(select(t.tenants)))).first()
         if row is None:
             return None
         return Tenant(row.tenant_id, row.name, row.created_at, row.served_url, row.moved_at)
@@ -37,9 +35,7 @@ class SqlTenants(Repo):
         values: dict[str, object] = {"served_url": url}
         if moved_at is not None:
             values["moved_at"] = moved_at
-        await self.conn.execute(
-            update(t.tenants).where(t.tenants.c.tenant_id == self.tenant_id).values(**values)
-        )
+        await self.conn.execute(self.scoped(update(t.tenants)).values(**values))
 
 
 class SqlUsers(Repo):
@@ -54,18 +50,12 @@ class SqlUsers(Repo):
 
     async def get(self, user_id: str) -> User | None:
         c = t.users.c
-        row = (
-            await self.conn.execute(
-                select(t.users).where(c.tenant_id == self.tenant_id, c.user_id == user_id)
-            )
-        ).first()
+        row = (await self.conn.execute(self.scoped(select(t.users)).where(c.user_id == user_id))).first()
         return None if row is None else User(row.tenant_id, row.user_id, row.display_name, row.created_at)
 
     async def list(self) -> Sequence[User]:
         c = t.users.c
-        rows = await self.conn.execute(
-            select(t.users).where(c.tenant_id == self.tenant_id).order_by(c.user_id)
-        )
+        rows = await self.conn.execute(self.scoped(select(t.users)).order_by(c.user_id))
         return [User(row.tenant_id, row.user_id, row.display_name, row.created_at) for row in rows]
 
 
@@ -99,14 +89,14 @@ class SqlCredentials(Repo):
     async def revoke_device(self, device_uid: str, at: datetime) -> None:
         c = t.credentials.c
         await self.conn.execute(
-            update(t.credentials)
-            .where(c.tenant_id == self.tenant_id, c.device_uid == device_uid, c.revoked_at.is_(None))
+            self.scoped(update(t.credentials))
+            .where(c.device_uid == device_uid, c.revoked_at.is_(None))
             .values(revoked_at=at)
         )
 
     async def list(self, user_id: str | None = None, kind: TokenKind | None = None) -> Sequence[Credential]:
         c = t.credentials.c
-        query = select(t.credentials).where(c.tenant_id == self.tenant_id, c.revoked_at.is_(None))
+        query = self.scoped(select(t.credentials)).where(c.revoked_at.is_(None))
         if user_id is not None:
             query = query.where(c.user_id == user_id)
         if kind is not None:
@@ -117,8 +107,8 @@ class SqlCredentials(Repo):
     async def revoke(self, credential_id: str, at: datetime) -> bool:
         c = t.credentials.c
         done = await self.conn.execute(
-            update(t.credentials)
-            .where(c.tenant_id == self.tenant_id, c.credential_id == credential_id, c.revoked_at.is_(None))
+            self.scoped(update(t.credentials))
+            .where(c.credential_id == credential_id, c.revoked_at.is_(None))
             .values(revoked_at=at)
         )
         return bool(done.rowcount)
@@ -129,12 +119,8 @@ class SqlCredentials(Repo):
         c = t.credentials.c
         at: BindParameter[datetime] = bindparam("at")
         statement = (
-            update(t.credentials)
-            .where(
-                c.tenant_id == self.tenant_id,
-                c.credential_id == bindparam("id"),
-                or_(c.last_used_at.is_(None), c.last_used_at < at),
-            )
+            self.scoped(update(t.credentials))
+            .where(c.credential_id == bindparam("id"), or_(c.last_used_at.is_(None), c.last_used_at < at))
             .values(last_used_at=at)
         )
         # One statement for the whole batch (executemany): a process that just took 10,000 links writes
@@ -166,14 +152,14 @@ class SqlPauses(Repo):
     async def pause(self, user_id: str, agent_id: str, until: datetime) -> None:
         c = t.agent_pauses.c
         changed = await self.conn.execute(
-            update(t.agent_pauses)
-            .where(c.tenant_id == self.tenant_id, c.user_id == user_id, c.agent_id == agent_id)
+            self.scoped(update(t.agent_pauses))
+            .where(c.user_id == user_id, c.agent_id == agent_id)
             .values(until=until)
         )
         if not changed.rowcount:
             await self.conn.execute(
                 insert_into(t.agent_pauses),
-                {"tenant_id": self.tenant_id, "user_id": user_id, "agent_id": agent_id, "until": until},
+                self.owned({"user_id": user_id, "agent_id": agent_id, "until": until}),
             )
 
     async def paused_until(self, user_id: str, agent_id: str) -> datetime | None:

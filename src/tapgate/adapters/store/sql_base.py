@@ -10,6 +10,7 @@ from sqlalchemy.exc import IntegrityError
 
 from tapgate.adapters.store.postgres_raw import PostgresConnection
 from tapgate.adapters.store.queries import hot
+from tapgate.adapters.store.tenancy import S, owned, scoped
 from tapgate.domain.errors import Conflict, StorageError
 
 
@@ -29,12 +30,20 @@ _MISSING = "A row refers to something that does not exist in this tenant."
 
 
 class Repo:
-    """One tenant's rows of one aggregate: every statement names ``tenant_id`` (and on PostgreSQL, row-level
-    security holds it to that tenant again)."""
+    """One tenant's rows of one aggregate: every statement is held to its tenant by ``tenancy.py`` (and on
+    PostgreSQL, row-level security holds it to that tenant again)."""
 
     def __init__(self, conn: Conn, tenant_id: str) -> None:
         self.conn = conn
         self.tenant_id = tenant_id
+
+    def scoped(self, statement: S, *, over: Any = None) -> S:
+        """``statement`` held to this repository's tenant's rows (``tenancy.scoped``)."""
+        return scoped(statement, self.tenant_id, over=over)
+
+    def owned(self, row: dict[str, Any]) -> dict[str, Any]:
+        """``row``, to be inserted, filled in as this repository's tenant's (``tenancy.owned``)."""
+        return owned(row, self.tenant_id)
 
     async def _insert(
         self, table: Any, row: dict[str, Any], conflict: str, duplicate: type[Conflict] = Conflict
@@ -43,6 +52,7 @@ class Repo:
         whole unit of work, so nothing after it needs the transaction. On PostgreSQL the row is held
         back to go with the unit of work's next statement (``PostgresConnection.hold``), usually the one
         that ends it, and the conflict is raised from there."""
+        row = owned(row, self.tenant_id)
         if isinstance(self.conn, PostgresConnection):
             await self.conn.hold(insert_into(table), row, duplicate(conflict), StorageError(_MISSING))
             return

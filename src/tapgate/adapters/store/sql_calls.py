@@ -56,23 +56,21 @@ class SqlSessions(Repo):
             "phone_device_uid": session.phone_device_uid,
         }
         changed = await self.conn.execute(
-            update(t.sessions)
-            .where(
-                c.tenant_id == self.tenant_id,
-                c.user_id == session.user_id,
-                c.session_id == session.session_id,
-            )
+            self.scoped(update(t.sessions))
+            .where(c.user_id == session.user_id, c.session_id == session.session_id)
             .values(values)
         )
         if changed.rowcount == 0:
             await self.conn.execute(
                 insert_into(t.sessions),
-                dict(
-                    tenant_id=session.tenant_id,
-                    user_id=session.user_id,
-                    session_id=session.session_id,
-                    created_at=session.created_at,
-                    **values,
+                self.owned(
+                    dict(
+                        tenant_id=session.tenant_id,
+                        user_id=session.user_id,
+                        session_id=session.session_id,
+                        created_at=session.created_at,
+                        **values,
+                    )
                 ),
             )
 
@@ -85,15 +83,16 @@ class SqlSessions(Repo):
         seq = int(last or 0) + 1
         await self.conn.execute(
             insert_into(t.session_messages),
-            {
-                "tenant_id": self.tenant_id,
-                "user_id": session.user_id,
-                "session_id": session.session_id,
-                "seq": seq,
-                "device_uid": device_uid,
-                "capabilities": json.dumps(list(capabilities)),
-                "created_at": at,
-            },
+            self.owned(
+                {
+                    "user_id": session.user_id,
+                    "session_id": session.session_id,
+                    "seq": seq,
+                    "device_uid": device_uid,
+                    "capabilities": json.dumps(list(capabilities)),
+                    "created_at": at,
+                }
+            ),
         )
         return seq
 
@@ -142,9 +141,8 @@ class SqlInvocations(Repo):
         c = t.invocations.c
         texts = c.capability.in_(list(capabilities))  # calls whose arguments hold a message
         result = await self.conn.execute(
-            update(t.invocations)
+            self.scoped(update(t.invocations))
             .where(
-                c.tenant_id == self.tenant_id,
                 c.created_at < before,
                 c.status.notin_(list(OPEN)),
                 or_(and_(texts, c.arguments != "{}"), c.message.is_not(None), c.late_message.is_not(None)),
@@ -279,9 +277,8 @@ class SqlInvocations(Repo):
     async def proceed(self, invocation: Invocation) -> bool:
         c = t.invocations.c
         changed = await self.conn.execute(
-            update(t.invocations)
+            self.scoped(update(t.invocations))
             .where(
-                c.tenant_id == self.tenant_id,
                 c.user_id == invocation.user_id,
                 c.invocation_id == invocation.invocation_id,
                 c.status == Status.AWAITING_APPROVAL.value,
@@ -299,13 +296,8 @@ class SqlInvocations(Repo):
     ) -> bool:
         c = t.invocations.c
         changed = await self.conn.execute(
-            update(t.invocations)
-            .where(
-                c.tenant_id == self.tenant_id,
-                c.user_id == user_id,
-                c.invocation_id == invocation_id,
-                c.late_status.is_(None),
-            )
+            self.scoped(update(t.invocations))
+            .where(c.user_id == user_id, c.invocation_id == invocation_id, c.late_status.is_(None))
             .values(late_status=status, late_message=message, late_at=at)
         )
         return bool(changed.rowcount)
@@ -313,8 +305,8 @@ class SqlInvocations(Repo):
     async def due(self, now: datetime, limit: int) -> Sequence[Invocation]:
         c = t.invocations.c
         rows = await self.conn.execute(
-            select(t.invocations)
-            .where(c.tenant_id == self.tenant_id, c.status.in_(OPEN), c.expires_at <= now)
+            self.scoped(select(t.invocations))
+            .where(c.status.in_(OPEN), c.expires_at <= now)
             .order_by(c.expires_at)
             .limit(limit)
         )
@@ -324,7 +316,7 @@ class SqlInvocations(Repo):
         self, user_id: str, limit: int, agent_id: str | None = None, status: str | None = None
     ) -> Sequence[Invocation]:
         c = t.invocations.c
-        query = select(t.invocations).where(c.tenant_id == self.tenant_id, c.user_id == user_id)
+        query = self.scoped(select(t.invocations)).where(c.user_id == user_id)
         if agent_id is not None:
             query = query.where(c.agent_id == agent_id)
         if status is not None:
@@ -367,48 +359,48 @@ class SqlApprovals(Repo):
         a = approval
         await self.conn.execute(
             insert_into(t.approvals),
-            {
-                "tenant_id": a.tenant_id,
-                "approval_id": a.approval_id,
-                "user_id": a.user_id,
-                "agent_id": a.agent_id,
-                "invocation_id": a.invocation_id,
-                "kind": a.kind,
-                "subject": a.subject,
-                "prompt": a.prompt,
-                "preview": json.dumps(dict(a.preview), sort_keys=True),
-                "sign_format": a.sign.format,
-                "challenge": a.sign.challenge,
-                "sign_expires_at": a.sign.expires_at,
-                "action_sha256": a.sign.action_sha256,
-                "algorithms": " ".join(a.sign.algorithms),
-                "binding_code": a.binding_code,
-                "status": a.status.value,
-                "created_at": a.created_at,
-                "expires_at": a.expires_at,
-                "decided_at": a.decided_at,
-                "decided_by": a.decided_by,
-                "tool": a.tool or None,
-                "arguments": None if a.arguments is None else json.dumps(dict(a.arguments), sort_keys=True),
-            },
+            self.owned(
+                {
+                    "tenant_id": a.tenant_id,
+                    "approval_id": a.approval_id,
+                    "user_id": a.user_id,
+                    "agent_id": a.agent_id,
+                    "invocation_id": a.invocation_id,
+                    "kind": a.kind,
+                    "subject": a.subject,
+                    "prompt": a.prompt,
+                    "preview": json.dumps(dict(a.preview), sort_keys=True),
+                    "sign_format": a.sign.format,
+                    "challenge": a.sign.challenge,
+                    "sign_expires_at": a.sign.expires_at,
+                    "action_sha256": a.sign.action_sha256,
+                    "algorithms": " ".join(a.sign.algorithms),
+                    "binding_code": a.binding_code,
+                    "status": a.status.value,
+                    "created_at": a.created_at,
+                    "expires_at": a.expires_at,
+                    "decided_at": a.decided_at,
+                    "decided_by": a.decided_by,
+                    "tool": a.tool or None,
+                    "arguments": None
+                    if a.arguments is None
+                    else json.dumps(dict(a.arguments), sort_keys=True),
+                }
+            ),
         )
 
     async def get(self, approval_id: str) -> Approval | None:
         c = t.approvals.c
         r = (
-            await self.conn.execute(
-                select(t.approvals).where(c.tenant_id == self.tenant_id, c.approval_id == approval_id)
-            )
+            await self.conn.execute(self.scoped(select(t.approvals)).where(c.approval_id == approval_id))
         ).first()
         return None if r is None else _approval(r)
 
     async def pending_for(self, user_id: str) -> Sequence[Approval]:
         c = t.approvals.c
         rows = await self.conn.execute(
-            select(t.approvals)
-            .where(
-                c.tenant_id == self.tenant_id, c.user_id == user_id, c.status == ApprovalStatus.PENDING.value
-            )
+            self.scoped(select(t.approvals))
+            .where(c.user_id == user_id, c.status == ApprovalStatus.PENDING.value)
             .order_by(c.created_at, c.approval_id)
         )
         return [_approval(r) for r in rows]
@@ -416,11 +408,8 @@ class SqlApprovals(Repo):
     async def count_pending(self, user_id: str) -> int:
         c = t.approvals.c
         count = await self.conn.scalar(
-            select(func.count()).where(
-                c.tenant_id == self.tenant_id,
-                c.user_id == user_id,
-                c.status == ApprovalStatus.PENDING.value,
-                c.invocation_id.is_not(None),
+            self.scoped(select(func.count()), over=t.approvals).where(
+                c.user_id == user_id, c.status == ApprovalStatus.PENDING.value, c.invocation_id.is_not(None)
             )
         )
         return int(count or 0)
@@ -430,13 +419,8 @@ class SqlApprovals(Repo):
         changed = 0
         for kind in kinds:
             result = await self.conn.execute(
-                update(t.approvals)
-                .where(
-                    c.tenant_id == self.tenant_id,
-                    c.created_at < before,
-                    c.kind == kind,
-                    c.arguments.is_not(None),
-                )
+                self.scoped(update(t.approvals))
+                .where(c.created_at < before, c.kind == kind, c.arguments.is_not(None))
                 .values(arguments=None, preview=json.dumps(erased_preview(kind), sort_keys=True))
             )
             changed += int(result.rowcount or 0)
@@ -501,7 +485,7 @@ class SqlIngests(Repo):
                 async with self.conn.begin_nested():
                     await self.conn.execute(
                         insert_into(t.ingest_counters),
-                        {"tenant_id": self.tenant_id, "device_uid": device_uid, "day": day, "count": 1},
+                        self.owned({"device_uid": device_uid, "day": day, "count": 1}),
                     )
             except IntegrityError:
                 continue  # another message made the day's row first

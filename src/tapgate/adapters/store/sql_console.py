@@ -60,17 +60,15 @@ class SqlSignIns(Repo):
     async def get(self, sign_in_id: str) -> SignIn | None:
         c = t.console_sign_ins.c
         row = (
-            await self.conn.execute(
-                select(t.console_sign_ins).where(c.tenant_id == self.tenant_id, c.sign_in_id == sign_in_id)
-            )
+            await self.conn.execute(self.scoped(select(t.console_sign_ins)).where(c.sign_in_id == sign_in_id))
         ).first()
         return None if row is None else _sign_in(row)
 
     async def save(self, sign_in: SignIn, was: SignInStatus) -> bool:
         c = t.console_sign_ins.c
         changed = await self.conn.execute(
-            update(t.console_sign_ins)
-            .where(c.tenant_id == self.tenant_id, c.sign_in_id == sign_in.sign_in_id, c.status == was.value)
+            self.scoped(update(t.console_sign_ins))
+            .where(c.sign_in_id == sign_in.sign_in_id, c.status == was.value)
             .values(
                 status=sign_in.status.value,
                 user_id=sign_in.user_id,
@@ -84,15 +82,13 @@ class SqlSignIns(Repo):
     async def delete_ended(self, now: datetime, limit: int) -> int:
         c = t.console_sign_ins.c
         ended = (
-            select(c.sign_in_id)
-            .where(c.tenant_id == self.tenant_id, c.expires_at < now)
+            self.scoped(select(c.sign_in_id))
+            .where(c.expires_at < now)
             .order_by(c.expires_at)
             .limit(limit)
             .scalar_subquery()
         )
-        done = await self.conn.execute(
-            delete(t.console_sign_ins).where(c.tenant_id == self.tenant_id, c.sign_in_id.in_(ended))
-        )
+        done = await self.conn.execute(self.scoped(delete(t.console_sign_ins)).where(c.sign_in_id.in_(ended)))
         return int(done.rowcount)
 
 
@@ -136,17 +132,15 @@ class SqlConsoleSessions(Repo):
     async def get(self, session_id: str) -> ConsoleSession | None:
         c = t.console_sessions.c
         row = (
-            await self.conn.execute(
-                select(t.console_sessions).where(c.tenant_id == self.tenant_id, c.session_id == session_id)
-            )
+            await self.conn.execute(self.scoped(select(t.console_sessions)).where(c.session_id == session_id))
         ).first()
         return None if row is None else _session(row)
 
     async def list_for(self, user_id: str) -> Sequence[ConsoleSession]:
         c = t.console_sessions.c
         rows = await self.conn.execute(
-            select(t.console_sessions)
-            .where(c.tenant_id == self.tenant_id, c.user_id == user_id)
+            self.scoped(select(t.console_sessions))
+            .where(c.user_id == user_id)
             .order_by(c.created_at.desc())
             .limit(50)
         )
@@ -155,17 +149,15 @@ class SqlConsoleSessions(Repo):
     async def revoke(self, session_id: str, at: datetime) -> bool:
         c = t.console_sessions.c
         changed = await self.conn.execute(
-            update(t.console_sessions)
-            .where(c.tenant_id == self.tenant_id, c.session_id == session_id, c.revoked_at.is_(None))
+            self.scoped(update(t.console_sessions))
+            .where(c.session_id == session_id, c.revoked_at.is_(None))
             .values(revoked_at=at)
         )
         return bool(changed.rowcount)
 
     async def live(self, now: datetime, user_id: str | None = None) -> Sequence[ConsoleSession]:
         c = t.console_sessions.c
-        query = select(t.console_sessions).where(
-            c.tenant_id == self.tenant_id, c.revoked_at.is_(None), c.expires_at > now
-        )
+        query = self.scoped(select(t.console_sessions)).where(c.revoked_at.is_(None), c.expires_at > now)
         if user_id is not None:
             query = query.where(c.user_id == user_id)
         rows = await self.conn.execute(query.order_by(c.created_at, c.session_id))
@@ -174,15 +166,13 @@ class SqlConsoleSessions(Repo):
     async def revoke_signed_by(self, approver_uid: str, at: datetime) -> Sequence[str]:
         c = t.console_sessions.c
         found = await self.conn.execute(
-            select(c.session_id).where(
-                c.tenant_id == self.tenant_id, c.approver_uid == approver_uid, c.revoked_at.is_(None)
-            )
+            self.scoped(select(c.session_id)).where(c.approver_uid == approver_uid, c.revoked_at.is_(None))
         )
         ids = [r.session_id for r in found]
         if ids:
             await self.conn.execute(
-                update(t.console_sessions)
-                .where(c.tenant_id == self.tenant_id, c.session_id.in_(ids), c.revoked_at.is_(None))
+                self.scoped(update(t.console_sessions))
+                .where(c.session_id.in_(ids), c.revoked_at.is_(None))
                 .values(revoked_at=at)
             )
         return ids
@@ -190,11 +180,7 @@ class SqlConsoleSessions(Repo):
     async def touch(self, session_id: str, at: datetime) -> None:
         c = t.console_sessions.c
         await self.conn.execute(
-            update(t.console_sessions)
-            .where(
-                c.tenant_id == self.tenant_id,
-                c.session_id == session_id,
-                or_(c.last_used_at.is_(None), c.last_used_at < at),
-            )
+            self.scoped(update(t.console_sessions))
+            .where(c.session_id == session_id, or_(c.last_used_at.is_(None), c.last_used_at < at))
             .values(last_used_at=at)
         )

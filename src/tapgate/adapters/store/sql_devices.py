@@ -138,24 +138,20 @@ class SqlDevices(Repo):
     async def ever(self, user_id: str, device_id: str) -> bool:
         c = t.devices.c
         found = await self.conn.scalar(
-            select(c.device_uid)
-            .where(c.tenant_id == self.tenant_id, c.user_id == user_id, c.device_id == device_id)
-            .limit(1)
+            self.scoped(select(c.device_uid)).where(c.user_id == user_id, c.device_id == device_id).limit(1)
         )
         return found is not None
 
     async def count_live(self, user_id: str) -> int:
         c = t.devices.c
         count = await self.conn.scalar(
-            select(func.count()).where(c.tenant_id == self.tenant_id, c.user_id == user_id, q.LIVE)
+            self.scoped(select(func.count()), over=t.devices).where(c.user_id == user_id, q.LIVE)
         )
         return int(count or 0)
 
     async def set_capabilities(self, device_uid: str, capabilities: Sequence[Declared]) -> None:
         k = t.capabilities.c
-        await self.conn.execute(
-            delete(t.capabilities).where(k.tenant_id == self.tenant_id, k.device_uid == device_uid)
-        )
+        await self.conn.execute(self.scoped(delete(t.capabilities)).where(k.device_uid == device_uid))
         if capabilities:
             await self.conn.execute(
                 insert(t.capabilities),
@@ -178,7 +174,7 @@ class SqlDevices(Repo):
         if status is DeviceStatus.REVOKED:
             values["revoked_at"] = at
         await self.conn.execute(
-            update(t.devices).where(c.tenant_id == self.tenant_id, c.device_uid == device_uid).values(values)
+            self.scoped(update(t.devices)).where(c.device_uid == device_uid).values(values)
         )
 
     async def set_link(self, device_uid: str, until: datetime | None) -> None:
@@ -188,16 +184,14 @@ class SqlDevices(Repo):
         if device_uids:
             c = t.devices.c
             await self.conn.execute(
-                update(t.devices)
-                .where(c.tenant_id == self.tenant_id, c.device_uid.in_(device_uids))
-                .values(link_until=until)
+                self.scoped(update(t.devices)).where(c.device_uid.in_(device_uids)).values(link_until=until)
             )
 
     async def set_push(self, device_uid: str, target: PushTarget | None) -> None:
         c = t.devices.c
         await self.conn.execute(
-            update(t.devices)
-            .where(c.tenant_id == self.tenant_id, c.device_uid == device_uid)
+            self.scoped(update(t.devices))
+            .where(c.device_uid == device_uid)
             .values(push_kind=target.kind if target else None, push_token=target.token if target else None)
         )
 
@@ -228,7 +222,7 @@ class SqlPairings(Repo):
 
     async def get(self, pairing_id: str, for_update: bool = False) -> Pairing | None:
         c = t.pairings.c
-        query = select(t.pairings).where(c.tenant_id == self.tenant_id, c.pairing_id == pairing_id)
+        query = self.scoped(select(t.pairings)).where(c.pairing_id == pairing_id)
         r = (await self.conn.execute(query.with_for_update() if for_update else query)).first()
         if r is None:
             return None
@@ -250,8 +244,8 @@ class SqlPairings(Repo):
     async def save(self, pairing: Pairing) -> None:
         c = t.pairings.c
         await self.conn.execute(
-            update(t.pairings)
-            .where(c.tenant_id == self.tenant_id, c.pairing_id == pairing.pairing_id)
+            self.scoped(update(t.pairings))
+            .where(c.pairing_id == pairing.pairing_id)
             .values(self._row(pairing))
         )
 
@@ -277,45 +271,37 @@ class SqlPasskeys(Repo):
     async def get(self, credential_id: str) -> Passkey | None:
         c = t.passkeys.c
         row = (
-            await self.conn.execute(
-                select(t.passkeys).where(c.tenant_id == self.tenant_id, c.credential_id == credential_id)
-            )
+            await self.conn.execute(self.scoped(select(t.passkeys)).where(c.credential_id == credential_id))
         ).first()
         return _passkey(row) if row is not None else None
 
     async def for_device(self, device_uid: str) -> Sequence[Passkey]:
         c = t.passkeys.c
         rows = await self.conn.execute(
-            select(t.passkeys)
-            .where(c.tenant_id == self.tenant_id, c.device_uid == device_uid)
-            .order_by(c.created_at)
+            self.scoped(select(t.passkeys)).where(c.device_uid == device_uid).order_by(c.created_at)
         )
         return [_passkey(row) for row in rows]
 
     async def set_sign_count(self, credential_id: str, sign_count: int) -> None:
         c = t.passkeys.c
         await self.conn.execute(
-            update(t.passkeys)
-            .where(c.tenant_id == self.tenant_id, c.credential_id == credential_id)
+            self.scoped(update(t.passkeys))
+            .where(c.credential_id == credential_id)
             .values(sign_count=sign_count)
         )
 
     async def required(self, user_id: str) -> bool | None:
         c = t.passkey_users.c
-        found = await self.conn.scalar(
-            select(c.required).where(c.tenant_id == self.tenant_id, c.user_id == user_id)
-        )
+        found = await self.conn.scalar(self.scoped(select(c.required)).where(c.user_id == user_id))
         return None if found is None else bool(found)
 
     async def set_required(self, user_id: str, required: bool | None) -> None:
         c = t.passkey_users.c
-        await self.conn.execute(
-            delete(t.passkey_users).where(c.tenant_id == self.tenant_id, c.user_id == user_id)
-        )
+        await self.conn.execute(self.scoped(delete(t.passkey_users)).where(c.user_id == user_id))
         if required is not None:
             await self.conn.execute(
                 insert_into(t.passkey_users),
-                {"tenant_id": self.tenant_id, "user_id": user_id, "required": required},
+                self.owned({"user_id": user_id, "required": required}),
             )
 
 

@@ -30,25 +30,18 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, NamedTuple
 
-from sqlalchemy import bindparam, delete, func, select, update
+from sqlalchemy import delete, func, select, update
 
 from tapgate.adapters.store import queries as q
 from tapgate.adapters.store import tables as t
 from tapgate.adapters.store.postgres_raw import PostgresConnection
 from tapgate.adapters.store.sql_base import Conn, Repo, insert_into
+from tapgate.adapters.store.tenancy import scoped, tenant_is
 from tapgate.domain.audit import AuditEntry, AuditRecord, chain_entry, check_record
 from tapgate.domain.events import Event, EventValue
 
-_TAKE_AUDIT = (
-    delete(t.audit_pending)
-    .where(t.audit_pending.c.tenant_id == bindparam("tenant"))
-    .returning(*t.audit_pending.c)
-)
-_TAKE_EVENTS = (
-    delete(t.events_pending)
-    .where(t.events_pending.c.tenant_id == bindparam("tenant"))
-    .returning(*t.events_pending.c)
-)
+_TAKE_AUDIT = scoped(delete(t.audit_pending)).returning(*t.audit_pending.c)
+_TAKE_EVENTS = scoped(delete(t.events_pending)).returning(*t.events_pending.c)
 
 
 # Everything a PostgreSQL unit of work writes of the chain as it ends, in one round trip: the entries and
@@ -75,7 +68,7 @@ _END_PARTS: dict[str, str] = {
   FROM unnest({0}::text[], {1}::text[], {2}::text[], {3}::timestamptz[])
        WITH ORDINALITY AS u(user_id, type, data, created_at, n)
   ORDER BY n""",
-    "head": "UPDATE audit_heads SET seq = {0}, hash = {1}, event_seq = {2} WHERE tenant_id = {t}::text",
+    "head": "UPDATE audit_heads SET seq = {0}, hash = {1}, event_seq = {2} WHERE " + tenant_is("{t}"),  # noqa: S608
 }
 _NOTIFY = "SELECT count(pg_notify({0}, {1} || k)) FROM unnest({2}::text[]) AS k"
 _PLACE = re.compile(r"\{(t|\d+)\}")
@@ -417,7 +410,7 @@ def first_made_from(tenant_id: str, after: int, before: datetime) -> Any:
     """The number of the first event after ``after`` made from ``before`` on: events are numbered in
     commit order, so every event before it is older, and the search stops where it is found."""
     c = t.events.c
-    later = select(c.seq).where(c.tenant_id == tenant_id, c.seq > after, c.created_at >= before)
+    later = scoped(select(c.seq), tenant_id).where(c.seq > after, c.created_at >= before)
     return later.order_by(c.seq).limit(1)
 
 
@@ -425,12 +418,8 @@ def events_to_erase(tenant_id: str, type: str, before: datetime, after: int, thr
     """The events of ``type`` numbered after ``after`` (and up to ``through``), made before ``before``,
     whose fields are not erased yet: a search along the events' key."""
     c = t.events.c
-    query = select(c.seq, c.data).where(
-        c.tenant_id == tenant_id,
-        c.seq > after,
-        c.type == type,
-        c.created_at < before,
-        c.data.not_like(_ERASED),
+    query = scoped(select(c.seq, c.data), tenant_id).where(
+        c.seq > after, c.type == type, c.created_at < before, c.data.not_like(_ERASED)
     )
     return query if through is None else query.where(c.seq <= through)
 
@@ -448,7 +437,7 @@ class SqlEvents(ChainRepo):
         if young is not None:
             through = young - 1
         else:
-            last = await self.conn.scalar(select(func.max(c.seq)).where(c.tenant_id == self.tenant_id))
+            last = await self.conn.scalar(self.scoped(select(func.max(c.seq))))
             through = max(start, last or 0)
         if after is not None and through == after:
             return 0, after
@@ -459,8 +448,8 @@ class SqlEvents(ChainRepo):
             data = json.loads(row.data)
             data.update(dict.fromkeys(fields, ""), erased=True)
             await self.conn.execute(
-                update(t.events)
-                .where(c.tenant_id == self.tenant_id, c.seq == row.seq)
+                self.scoped(update(t.events))
+                .where(c.seq == row.seq)
                 .values(data=json.dumps(data, sort_keys=True))
             )
         return len(rows), int(through)
@@ -500,10 +489,7 @@ class SqlJournal(ChainRepo):
         await self.chain.sealed()
         c = t.audit_entries.c
         rows = await self.conn.execute(
-            select(t.audit_entries)
-            .where(c.tenant_id == self.tenant_id, c.seq > after)
-            .order_by(c.seq)
-            .limit(limit)
+            self.scoped(select(t.audit_entries)).where(c.seq > after).order_by(c.seq).limit(limit)
         )
         return [
             AuditEntry(

@@ -70,23 +70,21 @@ class SqlOutbox(Repo):
     async def add(self, item: OutboxItem) -> None:
         await self.conn.execute(
             insert_into(t.push_outbox),
-            {"tenant_id": item.tenant_id, "delivery_id": item.delivery_id, **_outbox_row(item)},
+            self.owned({"tenant_id": item.tenant_id, "delivery_id": item.delivery_id, **_outbox_row(item)}),
         )
 
     async def get(self, delivery_id: str) -> OutboxItem | None:
         c = t.push_outbox.c
         r = (
-            await self.conn.execute(
-                select(t.push_outbox).where(c.tenant_id == self.tenant_id, c.delivery_id == delivery_id)
-            )
+            await self.conn.execute(self.scoped(select(t.push_outbox)).where(c.delivery_id == delivery_id))
         ).first()
         return None if r is None else _outbox_item(r)
 
     async def for_subject(self, subject_id: str) -> Sequence[OutboxItem]:
         c = t.push_outbox.c
         rows = await self.conn.execute(
-            select(t.push_outbox)
-            .where(c.tenant_id == self.tenant_id, c.subject_id == subject_id)
+            self.scoped(select(t.push_outbox))
+            .where(c.subject_id == subject_id)
             .order_by(c.created_at, c.delivery_id)
         )
         return [_outbox_item(r) for r in rows]
@@ -100,9 +98,8 @@ class SqlOutbox(Repo):
             )
         rows = (
             await self.conn.execute(
-                select(t.push_outbox)
+                self.scoped(select(t.push_outbox))
                 .where(
-                    c.tenant_id == self.tenant_id,
                     c.status == OutboxStatus.QUEUED.value,
                     c.not_before <= now,
                     or_(c.claimed_until.is_(None), c.claimed_until <= now),
@@ -115,8 +112,8 @@ class SqlOutbox(Repo):
         if not rows:
             return []
         await self.conn.execute(
-            update(t.push_outbox)
-            .where(c.tenant_id == self.tenant_id, c.delivery_id.in_([r.delivery_id for r in rows]))
+            self.scoped(update(t.push_outbox))
+            .where(c.delivery_id.in_([r.delivery_id for r in rows]))
             .values(claimed_until=until)
         )
         return [replace(_outbox_item(r), claimed_until=until) for r in rows]
@@ -124,19 +121,16 @@ class SqlOutbox(Repo):
     async def save(self, item: OutboxItem) -> None:
         c = t.push_outbox.c
         await self.conn.execute(
-            update(t.push_outbox)
-            .where(c.tenant_id == self.tenant_id, c.delivery_id == item.delivery_id)
+            self.scoped(update(t.push_outbox))
+            .where(c.delivery_id == item.delivery_id)
             .values(_outbox_row(item))
         )
 
     async def pushed_since(self, user_id: str, since: datetime) -> int:
         c = t.push_outbox.c
         count = await self.conn.scalar(
-            select(func.count()).where(
-                c.tenant_id == self.tenant_id,
-                c.user_id == user_id,
-                c.pushed_at >= since,
-                c.status.in_(_PUSHED),
+            self.scoped(select(func.count()), over=t.push_outbox).where(
+                c.user_id == user_id, c.pushed_at >= since, c.status.in_(_PUSHED)
             )
         )
         return int(count or 0)
@@ -144,8 +138,8 @@ class SqlOutbox(Repo):
     async def last_pushed(self, device_uid: str) -> datetime | None:
         c = t.push_outbox.c
         last = await self.conn.scalar(
-            select(func.max(c.pushed_at)).where(
-                c.tenant_id == self.tenant_id, c.device_uid == device_uid, c.status.in_(_PUSHED)
+            self.scoped(select(func.max(c.pushed_at))).where(
+                c.device_uid == device_uid, c.status.in_(_PUSHED)
             )
         )
         return last if isinstance(last, datetime) else None
@@ -157,18 +151,15 @@ class SqlOutbox(Repo):
             else_=c.not_before,
         )
         due = await self.conn.scalar(
-            select(func.min(claimable)).where(
-                c.tenant_id == self.tenant_id, c.status == OutboxStatus.QUEUED.value
-            )
+            self.scoped(select(func.min(claimable))).where(c.status == OutboxStatus.QUEUED.value)
         )
         return due if isinstance(due, datetime) else None
 
     async def notices_for(self, device_uid: str, since: datetime) -> Sequence[OutboxItem]:
         c = t.push_outbox.c
         rows = await self.conn.execute(
-            select(t.push_outbox)
+            self.scoped(select(t.push_outbox))
             .where(
-                c.tenant_id == self.tenant_id,
                 c.device_uid == device_uid,
                 c.event.in_(sorted(NOTICE_EVENTS)),
                 c.created_at >= since,
@@ -186,12 +177,8 @@ class SqlOutbox(Repo):
             return 0
         c = t.push_outbox.c
         result = await self.conn.execute(
-            update(t.push_outbox)
-            .where(
-                c.tenant_id == self.tenant_id,
-                c.delivery_id.in_(list(delivery_ids)),
-                c.status.in_([s.value for s in KEPT]),
-            )
+            self.scoped(update(t.push_outbox))
+            .where(c.delivery_id.in_(list(delivery_ids)), c.status.in_([s.value for s in KEPT]))
             .values(status=OutboxStatus.LINKED.value, finished_at=at, claimed_until=None, payload=None)
         )
         return int(result.rowcount or 0)
@@ -199,12 +186,8 @@ class SqlOutbox(Repo):
     async def expire_held(self, before: datetime) -> int:
         c = t.push_outbox.c
         result = await self.conn.execute(
-            update(t.push_outbox)
-            .where(
-                c.tenant_id == self.tenant_id,
-                c.status == OutboxStatus.HELD.value,
-                c.created_at < before,
-            )
+            self.scoped(update(t.push_outbox))
+            .where(c.status == OutboxStatus.HELD.value, c.created_at < before)
             .values(status=OutboxStatus.SKIPPED.value, finished_at=before, payload=None)
         )
         return int(result.rowcount or 0)
