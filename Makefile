@@ -4,8 +4,11 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 BENCH_STAMP := $(VENV)/.installed-bench
+# The official MCP TypeScript SDK client that one test runs with Node.js (tests/mcp_ts), from its lockfile.
+MCP_TS := tests/mcp_ts
+MCP_TS_STAMP := $(MCP_TS)/node_modules/.installed
 
-.PHONY: demo test test-under-load serve lint typecheck layers unit reliability bench clean
+.PHONY: demo test test-under-load serve lint typecheck layers unit mcp-ts reliability bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -28,13 +31,25 @@ typecheck: $(STAMP)
 layers: $(STAMP)
 	$(BIN)/lint-imports
 
-unit: $(STAMP)
+unit: $(STAMP) mcp-ts
 	$(BIN)/pytest $(PYTEST_ARGS)
+
+# Without npm nothing is installed and the TypeScript SDK test says why (a failure where
+# TAPGATE_TEST_NODE_REQUIRED is set, as in CI).
+mcp-ts: $(MCP_TS_STAMP)
+
+$(MCP_TS_STAMP): $(MCP_TS)/package.json $(MCP_TS)/package-lock.json
+	@if command -v npm >/dev/null 2>&1; then \
+		echo "cd $(MCP_TS) && npm ci"; \
+		cd $(MCP_TS) && npm ci --no-audit --no-fund --loglevel=error && touch node_modules/.installed; \
+	else \
+		echo "no npm here: the TypeScript SDK test cannot run (apt-get install -y nodejs npm)"; \
+	fi
 
 # The whole suite three times in a row (RUNS=n to change) while two CPU hogs (HOGS=n) keep the cores busy,
 # with every PostgreSQL and browser test required as in .ci/run; outcomes and wall times go to
 # under-load.log (docs/testing.md).
-test-under-load: $(STAMP)
+test-under-load: $(STAMP) mcp-ts
 	RUNS=$(or $(RUNS),3) HOGS=$(or $(HOGS),2) PYTEST_ARGS="$(PYTEST_ARGS)" .ci/under-load
 
 $(BENCH_STAMP): pyproject.toml $(STAMP)
@@ -62,4 +77,4 @@ serve: $(STAMP)
 	$(BIN)/tapgate serve
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis $(MCP_TS)/node_modules

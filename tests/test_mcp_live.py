@@ -21,6 +21,7 @@ from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
 from tapgate.adapters.store.migrate import migrate
+from tests import ts_client
 from tests.agents import POLICIES, Home, mcp_over_http, mcp_over_stdio, text_of
 from tests.conftest import blocking
 from tests.live import Server, tapgate, write_config
@@ -361,6 +362,15 @@ async def test_no_argument_text_reaches_a_log_line(transport: str, live: Live, h
     assert secretish not in logs
 
 
+# What a client is told of a sensor's, an actuator's and sms_send's tool before it calls:
+# (title, readOnlyHint, destructiveHint, openWorldHint).
+DEVICE_TOOL_HINTS = {
+    "device__desk_lamp__read_temperature": ("Read temperature", True, False, False),
+    "device__desk_lamp__set_light": ("Set light", False, True, False),
+    "device__ana_phone__sms_send": ("Send a text message", False, True, True),
+}
+
+
 @pytest.mark.parametrize("transport", TRANSPORTS)
 async def test_each_device_tool_carries_the_title_and_hints_of_its_capability(
     transport: str, live: Live, home: Home
@@ -377,12 +387,27 @@ async def test_each_device_tool_carries_the_title_and_hints_of_its_capability(
         a = tool.annotations
         return tool.title, a.read_only_hint, a.destructive_hint, a.open_world_hint
 
-    # (title, readOnly, destructive, openWorld)
-    assert hints("device__desk_lamp__read_temperature") == ("Read temperature", True, False, False)
-    assert hints("device__desk_lamp__set_light") == ("Set light", False, True, False)
-    assert hints("device__ana_phone__sms_send") == ("Send a text message", False, True, True)
+    assert {name: hints(name) for name in DEVICE_TOOL_HINTS} == DEVICE_TOOL_HINTS
     assert hints("tapgate_result")[1:] == (True, False, False)
     assert hints("tapgate_request_mandate")[1:] == (False, False, False)
+
+
+async def test_the_typescript_sdk_client_sees_each_device_tool_with_its_title_and_hints(
+    live: Live, home: Home
+) -> None:
+    await home.grant("desk-lamp", "read_temperature", True)
+    with anyio.fail_after(60):
+        listed = await ts_client.list_tools(f"{live.server.url}/mcp", home.agent)
+    tools = {tool["name"]: tool for tool in listed["tools"]}
+
+    def hints(name: str) -> tuple[str | None, bool | None, bool | None, bool | None]:
+        tool = tools[name]
+        a = tool["annotations"]
+        assert a.get("title") == tool.get("title"), name
+        return tool.get("title"), a.get("readOnlyHint"), a.get("destructiveHint"), a.get("openWorldHint")
+
+    assert listed["protocolVersion"] == "2025-11-25"  # the SDK's newest, which the gateway also speaks
+    assert {name: hints(name) for name in DEVICE_TOOL_HINTS} == DEVICE_TOOL_HINTS
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
