@@ -201,7 +201,7 @@ async def test_a_mandate_stops_covering_at_its_daily_and_total_counts_and_its_wi
 
 
 @pytest.mark.parametrize("engine", ENGINES)
-async def test_each_use_is_journalled_and_announced_with_its_count(
+async def test_each_use_is_journalled_with_its_call_and_announced_with_its_count(
     engine: str, request: pytest.FixtureRequest
 ) -> None:
     async with _home(engine, request) as home:
@@ -213,9 +213,12 @@ async def test_each_use_is_journalled_and_announced_with_its_count(
         used = next(e for e in await home.events() if e.type == "mandate.used")
         assert used.data["invocation_id"] == covered["id"] and used.data["used"] == 1
         journal = await home.world.client.get("/v1/audit?limit=1000", headers=bearer(home.world.operator))
-        entry = next(e for e in journal.json()["entries"] if e["action"] == "mandate.used")
-        assert entry["subject"] == mandate_id
-        assert entry["data"]["invocation_id"] == covered["id"] and entry["data"]["used"] == 1
+        entries = journal.json()["entries"]
+        # the call's own entry names the mandate and the count: a use needs no entry of its own
+        assert "mandate.used" not in [e["action"] for e in entries]
+        entry = next(e for e in entries if e["subject"] == covered["id"])
+        assert entry["action"] == "invocation.created"
+        assert entry["data"]["mandate_id"] == mandate_id and entry["data"]["mandate_used"] == 1
         r = await home.world.client.delete(f"/v1/mandates/{mandate_id}", headers=bearer(home.tokens["user"]))
         assert r.status_code == 204
         assert ("mandate.revoked", mandate_id) in [
@@ -257,17 +260,22 @@ async def test_no_token_makes_a_mandate_live_only_an_approvers_signature(
 
 
 @pytest.mark.parametrize("engine", ENGINES)
-async def test_the_mandate_card_states_every_bound_and_hashes_what_it_shows(
+async def test_the_mandate_card_states_every_bound_and_names_the_agent_as_its_other_cards_do(
     engine: str, request: pytest.FixtureRequest
 ) -> None:
     async with _home(engine, request) as home:
+        home.tokens["named"] = await home.world.token("ana", "agent", agent_id="claude", agent_name="Claude")
         asked = (
-            await home.ask(tools=[SMS_TOOL], constraints={"to": {"one_of": [MUM, DAD]}}, purpose="family")
+            await home.ask(
+                "named", tools=[SMS_TOOL], constraints={"to": {"one_of": [MUM, DAD]}}, purpose="family"
+            )
         ).json()
         card = await home.card(asked["approval_id"])
+        assert {"label": "Agent", "value": "Claude"} in card["preview"]["fields"]
+        assert card["arguments"]["agent_id"] == "claude"  # the id is signed, the name is shown
         shown = " ".join(f["value"] for f in card["preview"]["fields"])
         for words in (
-            "assistant may send SMS on Ana phone",
+            "Claude may send SMS on Ana phone",
             f"to one of '{MUM}', '{DAD}'",
             "at most 2 a day and 3 in all",
             "purpose: family",

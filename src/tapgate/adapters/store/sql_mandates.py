@@ -7,8 +7,9 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import case, or_, select, update
+from sqlalchemy import select, update
 
+from tapgate.adapters.store import queries as q
 from tapgate.adapters.store import tables as t
 from tapgate.adapters.store.sql_base import Repo
 from tapgate.domain.mandates import Mandate, MandateStatus, utc_day
@@ -84,13 +85,7 @@ class SqlMandates(Repo):
 
     async def live_for(self, user_id: str, now: datetime) -> Sequence[Mandate]:
         rows = await self.conn.execute(
-            select(t.mandates).where(
-                _m.tenant_id == self.tenant_id,
-                _m.user_id == user_id,
-                _m.status == MandateStatus.ACTIVE.value,
-                _m.expires_at > now,
-                _m.used < _m.max_calls,
-            )
+            q.LIVE_MANDATES, {"tenant": self.tenant_id, "user": user_id, "now": now}
         )
         return sorted((_mandate(r) for r in rows), key=lambda m: (m.created_at, m.mandate_id), reverse=True)
 
@@ -118,27 +113,8 @@ class SqlMandates(Repo):
         return [_mandate(r) for r in rows]
 
     async def take(self, mandate_id: str, now: datetime) -> int | None:
-        # One conditional UPDATE: a concurrent one waits on the row (PostgreSQL) or the write lock
-        # (SQLite) and then finds the counts it left, so a use is never spent twice.
-        day = utc_day(now)
-        result = await self.conn.execute(
-            update(t.mandates)
-            .where(
-                _m.tenant_id == self.tenant_id,
-                _m.mandate_id == mandate_id,
-                _m.status == MandateStatus.ACTIVE.value,
-                _m.expires_at > now,
-                _m.used < _m.max_calls,
-                or_(_m.per_day.is_(None), _m.day != day, _m.used_today < _m.per_day),
-            )
-            .values(
-                used=_m.used + 1,
-                used_today=case((_m.day == day, _m.used_today + 1), else_=1),
-                day=day,
-            )
-            .returning(_m.used)
-        )
-        used = result.scalar()
+        values = {"tenant": self.tenant_id, "id": mandate_id, "now": now, "day": utc_day(now)}
+        used = (await self.conn.execute(q.TAKE_MANDATE, values)).scalar()
         return None if used is None else int(used)
 
 
