@@ -13,6 +13,7 @@ import anyio
 import pytest
 
 from tapgate.adapters.clock import FrozenClock
+from tapgate.adapters.store.counting import COUNTS
 from tapgate.config import Settings
 from tapgate.domain.approvals import action_sha256, sign_decision, signed_text
 from tapgate.domain.events import Event
@@ -23,6 +24,7 @@ from tests.world import LAMP, Key, World, bearer, device_body, new_key
 
 ENGINES = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
 LAMP_TOOL = "device__desk_lamp__set_light"
+HALL_TOOL = "device__hall_lamp__set_light"  # a lamp that does not ask
 SMS_TOOL = "device__ana_phone__sms_send"
 CONFIRMED_LAMP = LAMP | {"confirm": True}
 MUM, DAD, STRANGER = "+447700900001", "+447700900002", "+447700900999"
@@ -438,3 +440,30 @@ async def test_a_mandate_whose_window_closed_is_marked_expired_and_announced_onc
         assert [e.data["mandate_id"] for e in expired] == [mandate_id]
         assert (await home.mandate(mandate_id)).json()["status"] == "expired"
         assert (await home.call(on=True, brightness=30))["mandate_id"] is None
+
+
+async def test_a_covered_call_commits_once_and_reads_and_spends_its_mandate_in_few_more_statements(
+    request: pytest.FixtureRequest,
+) -> None:
+    """On SQLite, where every writer seals its own journal entries, so nothing else commits meanwhile."""
+    async with _home("sqlite", request) as home:
+        push = {"kind": "fcm", "token": "T"}  # as the desk lamp's: the same push queued for each call
+        await home.world.enrol("ana", device_body("hall-lamp", [LAMP], grants=["set_light"], push=push))
+        mandate_id = await home.live(max_calls=10, per_day=None)
+
+        async def counted(tool: str) -> tuple[dict[str, Any], dict[str, int]]:
+            before = COUNTS.as_dict()
+            view = await home.call(tool, on=True, brightness=30)
+            return view, {k: v - before[k] for k, v in COUNTS.as_dict().items()}
+
+        for tool in (LAMP_TOOL, HALL_TOOL):  # the tokens and the policies read once
+            await counted(tool)
+        covered, spent = await counted(LAMP_TOOL)
+        allowed, plain = await counted(HALL_TOOL)
+        assert (covered["status"], covered["mandate_id"]) == ("pending", mandate_id)
+        assert (allowed["status"], allowed["mandate_id"]) == ("pending", None)
+        assert (
+            (spent["transactions"], spent["writing"]) == (plain["transactions"], plain["writing"]) == (1, 1)
+        )
+        # the live mandates read, the use spent, and its event: the journal entry is the call's own
+        assert spent["statements"] - plain["statements"] == 3
