@@ -1,9 +1,11 @@
 """The check chain every call to a device goes through, in its order, as decisions over what was read.
 
-The store is read first, once (``services/check_chain.py``: the device the tool names with the person's
-pauses, the call's session, and, where a call would ask, the live mandates), and then these decide. The
-first check that fails is the call's answer, raised as ``Refusal``. ``invoke`` and ``tapgate policy
-explain`` run the same checks over the same reads, so they never give a call different verdicts. Pure.
+The store is read first (``services/check_chain.py``: the device the tool names with the person's
+pauses of every agent and of this one, and the call's session, in one statement for most calls), and
+then these decide. The first check that fails is the call's answer, raised as ``Refusal``. ``invoke`` and
+``tapgate policy explain`` run the same checks over the same reads, so they never give a call different
+verdicts. Only a call that would ask reads more: the person's live mandates, and their open cards.
+Pure.
 """
 
 from __future__ import annotations
