@@ -346,7 +346,7 @@ def _new_invocation(
 async def deliver(
     ctx: Context, uow: UnitOfWork, invocation: Invocation, device: Device, now: datetime
 ) -> None:
-    """Write (or move to) the pending row with its push, and wake the device (DESIGN §3.3 step 10)."""
+    """Write (or move to) the pending row with its push, and wake the device: a call let through."""
     key = device_key(invocation.tenant_id, device.device_uid)
     if invocation.status is Status.PENDING and invocation.approval_id is None:
         await uow.invocations.add(invocation)
@@ -474,7 +474,7 @@ async def _await_answer(
 
 
 def _user_of(caller: Principal) -> str:
-    """The user whose ids a call names: an invocation id is its user's own (DESIGN §15)."""
+    """The user whose ids a call names: an invocation id is its user's own."""
     assert caller.user_id is not None  # agents and users only: require() ran first
     return caller.user_id
 
