@@ -13,6 +13,7 @@ import anyio
 import pytest
 
 from tapgate.adapters.clock import FrozenClock
+from tapgate.adapters.store.counting import COUNTS
 from tapgate.config import Settings
 from tapgate.domain.approvals import action_sha256, sign_decision, signed_text
 from tapgate.domain.events import Event
@@ -23,6 +24,7 @@ from tests.world import LAMP, Key, World, bearer, device_body, new_key
 
 ENGINES = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
 LAMP_TOOL = "device__desk_lamp__set_light"
+HALL_TOOL = "device__hall_lamp__set_light"  # a lamp that does not ask
 SMS_TOOL = "device__ana_phone__sms_send"
 CONFIRMED_LAMP = LAMP | {"confirm": True}
 MUM, DAD, STRANGER = "+447700900001", "+447700900002", "+447700900999"
@@ -201,7 +203,7 @@ async def test_a_mandate_stops_covering_at_its_daily_and_total_counts_and_its_wi
 
 
 @pytest.mark.parametrize("engine", ENGINES)
-async def test_each_use_is_journalled_and_announced_with_its_count(
+async def test_each_use_is_journalled_with_its_call_and_announced_with_its_count(
     engine: str, request: pytest.FixtureRequest
 ) -> None:
     async with _home(engine, request) as home:
@@ -213,9 +215,12 @@ async def test_each_use_is_journalled_and_announced_with_its_count(
         used = next(e for e in await home.events() if e.type == "mandate.used")
         assert used.data["invocation_id"] == covered["id"] and used.data["used"] == 1
         journal = await home.world.client.get("/v1/audit?limit=1000", headers=bearer(home.world.operator))
-        entry = next(e for e in journal.json()["entries"] if e["action"] == "mandate.used")
-        assert entry["subject"] == mandate_id
-        assert entry["data"]["invocation_id"] == covered["id"] and entry["data"]["used"] == 1
+        entries = journal.json()["entries"]
+        # the call's own entry names the mandate and the count: a use needs no entry of its own
+        assert "mandate.used" not in [e["action"] for e in entries]
+        entry = next(e for e in entries if e["subject"] == covered["id"])
+        assert entry["action"] == "invocation.created"
+        assert entry["data"]["mandate_id"] == mandate_id and entry["data"]["mandate_used"] == 1
         r = await home.world.client.delete(f"/v1/mandates/{mandate_id}", headers=bearer(home.tokens["user"]))
         assert r.status_code == 204
         assert ("mandate.revoked", mandate_id) in [
@@ -257,17 +262,22 @@ async def test_no_token_makes_a_mandate_live_only_an_approvers_signature(
 
 
 @pytest.mark.parametrize("engine", ENGINES)
-async def test_the_mandate_card_states_every_bound_and_hashes_what_it_shows(
+async def test_the_mandate_card_states_every_bound_and_names_the_agent_as_its_other_cards_do(
     engine: str, request: pytest.FixtureRequest
 ) -> None:
     async with _home(engine, request) as home:
+        home.tokens["named"] = await home.world.token("ana", "agent", agent_id="claude", agent_name="Claude")
         asked = (
-            await home.ask(tools=[SMS_TOOL], constraints={"to": {"one_of": [MUM, DAD]}}, purpose="family")
+            await home.ask(
+                "named", tools=[SMS_TOOL], constraints={"to": {"one_of": [MUM, DAD]}}, purpose="family"
+            )
         ).json()
         card = await home.card(asked["approval_id"])
+        assert {"label": "Agent", "value": "Claude"} in card["preview"]["fields"]
+        assert card["arguments"]["agent_id"] == "claude"  # the id is signed, the name is shown
         shown = " ".join(f["value"] for f in card["preview"]["fields"])
         for words in (
-            "assistant may send SMS on Ana phone",
+            "Claude may send SMS on Ana phone",
             f"to one of '{MUM}', '{DAD}'",
             "at most 2 a day and 3 in all",
             "purpose: family",
@@ -430,3 +440,30 @@ async def test_a_mandate_whose_window_closed_is_marked_expired_and_announced_onc
         assert [e.data["mandate_id"] for e in expired] == [mandate_id]
         assert (await home.mandate(mandate_id)).json()["status"] == "expired"
         assert (await home.call(on=True, brightness=30))["mandate_id"] is None
+
+
+async def test_a_covered_call_commits_once_and_reads_and_spends_its_mandate_in_few_more_statements(
+    request: pytest.FixtureRequest,
+) -> None:
+    """On SQLite, where every writer seals its own journal entries, so nothing else commits meanwhile."""
+    async with _home("sqlite", request) as home:
+        push = {"kind": "fcm", "token": "T"}  # as the desk lamp's: the same push queued for each call
+        await home.world.enrol("ana", device_body("hall-lamp", [LAMP], grants=["set_light"], push=push))
+        mandate_id = await home.live(max_calls=10, per_day=None)
+
+        async def counted(tool: str) -> tuple[dict[str, Any], dict[str, int]]:
+            before = COUNTS.as_dict()
+            view = await home.call(tool, on=True, brightness=30)
+            return view, {k: v - before[k] for k, v in COUNTS.as_dict().items()}
+
+        for tool in (LAMP_TOOL, HALL_TOOL):  # the tokens and the policies read once
+            await counted(tool)
+        covered, spent = await counted(LAMP_TOOL)
+        allowed, plain = await counted(HALL_TOOL)
+        assert (covered["status"], covered["mandate_id"]) == ("pending", mandate_id)
+        assert (allowed["status"], allowed["mandate_id"]) == ("pending", None)
+        assert (
+            (spent["transactions"], spent["writing"]) == (plain["transactions"], plain["writing"]) == (1, 1)
+        )
+        # the live mandates read, the use spent, and its event: the journal entry is the call's own
+        assert spent["statements"] - plain["statements"] == 3

@@ -127,11 +127,12 @@ def test_a_lamp_mandate_takes_constraints_that_fit_its_parameters() -> None:
 
 
 def test_the_card_states_every_bound_in_plain_words() -> None:
-    card = preview(_mandate(), SHOWN)
+    card = preview(_mandate(), SHOWN, "Claude on the laptop")
     text = " ".join(f["value"] for f in card["fields"])
     assert card["kind"] == "mandate"
+    assert {"label": "Agent", "value": "Claude on the laptop"} in card["fields"]
     for words in (
-        "claude may send SMS on Ana's phone",
+        "Claude on the laptop may send SMS on Ana's phone",
         "to one of '+447700900001', '+447700900002'",
         "body at most 160 characters long",
         "at most 5 a day and 40 in all",

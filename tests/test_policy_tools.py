@@ -361,7 +361,8 @@ async def test_policy_explain_reads_the_live_database_and_creates_nothing(tmp_pa
         "decided by: night-bot (line 10)",
     ]
     assert (
-        shed.stdout.strip() == "verdict: refused before policy: the person has not granted open_door on shed"
+        shed.stdout.strip() == "verdict: refused before policy: [deny] capability not granted: "
+        "the person has not granted open_door on shed"
     )
     assert unknown.returncode == 1 and "has no user 'bo'" in unknown.stderr
     # creating nothing: the journal (where every write leaves an entry) ends where it did, bar the grant

@@ -28,6 +28,7 @@ from tapgate.domain.audit import AuditRecord
 from tapgate.domain.devices import BUILTINS, SMS_SEND, Declared
 from tapgate.domain.errors import StorageError
 from tapgate.domain.invocations import Status
+from tapgate.domain.mandates import Mandate, MandateStatus
 from tapgate.ports import Store
 from tests.test_store_contract_ports import _at, _invocation, _with_device
 
@@ -37,6 +38,7 @@ PARAMETERS: dict[str, Any] = {
     "user": "ana",
     "device": "phone",
     "agent": "agent",
+    "caller": "agent",
     "session": "chat-1",
     "at": _at(5),
     "until": _at(60),
@@ -55,9 +57,19 @@ PARAMETERS: dict[str, Any] = {
     "digest": "d" * 64,
     "decided_at": _at(8),
     "by": "device:phone",
+    "now": _at(5),
+    "day": "2026-03-01",
 }
 # The rows these read are not written here.
-NOTHING_TO_FIND = {"CREDENTIAL", "SESSION", "PAUSED_UNTIL", "RECEIPT", "DECIDE", "TRIAGE", "MOVE_TRIAGE"}
+NOTHING_TO_FIND = {
+    "CREDENTIAL",
+    "SESSION",
+    "PAUSED_UNTIL",
+    "RECEIPT",
+    "DECIDE",
+    "TRIAGE",
+    "MOVE_TRIAGE",
+}
 STATEMENTS = [name for name in dir(q) if name.isupper() and q.is_hot(getattr(q, name))]
 
 
@@ -71,6 +83,25 @@ async def rows_to_compare(store: Store) -> str:
         await uow.journal.append(AuditRecord("invocation.created", "agent:agent", subject="inv-1"), _at(1))
         await uow.events.append("ana", "invocation.created", {"id": "inv-1"}, _at(1))
         assert await uow.ingests.take("d" * 16, "2026-03-01", 100)
+        live = Mandate(
+            tenant,
+            "inv-1",
+            "ana",
+            "agent",
+            ("device__phone__sms_send",),
+            {},
+            3,
+            2,
+            "texts",
+            _at(1),
+            _at(3600),
+            _at(60),
+            MandateStatus.ACTIVE,
+            used=1,
+            used_today=1,
+            day="2026-03-01",
+        )
+        await uow.mandates.add(live)
     return tenant
 
 

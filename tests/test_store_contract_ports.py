@@ -773,27 +773,31 @@ async def test_a_pause_is_per_user_and_agent_and_a_later_one_replaces_it(store: 
         assert await uow.pauses.paused_until("ana", "agent") == _at(120)
 
 
-async def test_a_device_comes_with_the_persons_pause_of_every_agent_and_no_other_pause(store: Store) -> None:
+async def test_a_device_comes_with_the_persons_pause_of_every_agent_and_of_the_calling_agent(
+    store: Store,
+) -> None:
     """``get_with_pause``: the check chain's first look. The pause of every agent (ALL_AGENTS) of this
-    person, whether or not the device exists; a pause of one agent, or another person's, is not it."""
+    person, whether or not the device exists, and the pause of the agent named; another agent's pause,
+    or another person's, is neither."""
     tenant = await _world(store, "ana", "bob")
     declared = (Declared(BUILTINS[SMS_SEND], granted=True), Declared(BUILTINS[PHONE_ACTIONS], granted=False))
     device = replace(_device(tenant, "a" * 16), capabilities=declared)
     async with store.unit_of_work(tenant) as uow:
         await uow.devices.add(device)
-        assert await uow.devices.get_with_pause("ana", "phone") == (device, None)
+        assert await uow.devices.get_with_pause("ana", "phone", "agent") == (device, None, None)
         await uow.pauses.pause("ana", "agent", _at(60))  # one agent: not the person's switch
         await uow.pauses.pause("bob", ALL_AGENTS, _at(60))
     async with store.unit_of_work(tenant) as uow:
-        assert await uow.devices.get_with_pause("ana", "phone") == (device, None)
+        assert await uow.devices.get_with_pause("ana", "phone", "agent") == (device, None, _at(60))
+        assert await uow.devices.get_with_pause("ana", "phone", "other") == (device, None, None)
         await uow.pauses.pause("ana", ALL_AGENTS, _at(90))
     async with store.unit_of_work(tenant) as uow:
-        assert await uow.devices.get_with_pause("ana", "phone") == (device, _at(90))
-        assert await uow.devices.get_with_pause("ana", "tablet") == (None, _at(90))
-        assert await uow.devices.get_with_pause("bob", "phone") == (None, _at(60))
+        assert await uow.devices.get_with_pause("ana", "phone", "other") == (device, _at(90), None)
+        assert await uow.devices.get_with_pause("ana", "tablet", "agent") == (None, _at(90), None)
+        assert await uow.devices.get_with_pause("bob", "phone", "agent") == (None, _at(60), None)
         await uow.devices.set_status("a" * 16, DeviceStatus.REVOKED, _at(1))
     async with store.unit_of_work(tenant) as uow:
-        assert await uow.devices.get_with_pause("ana", "phone") == (None, _at(90))
+        assert await uow.devices.get_with_pause("ana", "phone", "agent") == (None, _at(90), None)
 
 
 # Ingests

@@ -9,7 +9,7 @@ from typing import Literal, Protocol
 
 from tapgate.domain.accounts import Credential, Tenant, User
 from tapgate.domain.audit import AuditEntry, AuditRecord
-from tapgate.domain.console import ConsoleSession, SignIn, SignInStatus
+from tapgate.domain.console import ALL_AGENTS, ConsoleSession, SignIn, SignInStatus
 from tapgate.domain.devices import Declared, Device, DeviceStatus, Presence, PushTarget
 from tapgate.domain.events import Event, EventValue
 from tapgate.domain.inbox import Approval
@@ -76,9 +76,12 @@ class Devices(Protocol):
     async def get(self, user_id: str, device_id: str) -> Device | None:
         """The user's live (pending or active) device of that id, with its capabilities."""
 
-    async def get_with_pause(self, user_id: str, device_id: str) -> tuple[Device | None, datetime | None]:
-        """``get``'s device and the person's pause of every agent (``Pauses.paused_until(user_id,
-        ALL_AGENTS)``), in one read where the device exists: the check chain's first look at a call."""
+    async def get_with_pause(
+        self, user_id: str, device_id: str, agent_id: str = ALL_AGENTS
+    ) -> tuple[Device | None, datetime | None, datetime | None]:
+        """``get``'s device, the person's pause of every agent (``Pauses.paused_until(user_id,
+        ALL_AGENTS)``) and their pause of ``agent_id`` (None where there is no device), in one read where
+        the device exists: the check chain's first look at a call."""
 
     async def by_uid(self, device_uid: str) -> Device | None:
         """Any device of the tenant by its internal id, revoked ones included."""

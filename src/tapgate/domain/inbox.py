@@ -92,6 +92,13 @@ def binding_code() -> str:
 
 YOUR_ASSISTANT = "your assistant"  # who asks, for an agent token minted without a name
 THE_DEVICE_ASKS = "the device asks for a yes"
+
+
+def who_asks(agent_name: str | None) -> str:
+    """Who asks, as the person's cards name an agent: its token's name, or "your assistant"."""
+    return agent_name or YOUR_ASSISTANT
+
+
 THE_POLICY_ASKS = "your gateway's policy asks you first"
 
 

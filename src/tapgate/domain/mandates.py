@@ -421,9 +421,18 @@ def _constraint_words(param: str, spec: Mapping[str, Any]) -> str:
     return f"{param} at most {value} characters long"
 
 
-def summary(mandate: Mandate, tools: Mapping[str, tuple[str, Capability]]) -> str:
-    """Every bound in one sentence: who, which tools, which values, how many, until when, why."""
-    who = mandate.agent_id or "Any of your agents"
+def _agent_words(mandate: Mandate, who: str) -> str:
+    """The agent as the card names it: ``who`` (its name), else its id, or any agent of the person."""
+    if mandate.agent_id is None:
+        return "any of your agents"
+    return who or mandate.agent_id
+
+
+def summary(mandate: Mandate, tools: Mapping[str, tuple[str, Capability]], who: str = "") -> str:
+    """Every bound in one sentence: who (``who``: the agent's name), which tools, which values, how many,
+    until when, why."""
+    who = _agent_words(mandate, who)
+    who = who[:1].upper() + who[1:]
     what = " and ".join(_tool_words(n, tools) for n in mandate.tools)
     values = "; ".join(_constraint_words(p, s) for p, s in mandate.constraints.items())
     counts = f"at most {mandate.max_calls} in all"
@@ -436,12 +445,13 @@ def summary(mandate: Mandate, tools: Mapping[str, tuple[str, Capability]]) -> st
     )
 
 
-def preview(mandate: Mandate, tools: Mapping[str, tuple[str, Capability]]) -> dict[str, Any]:
+def preview(mandate: Mandate, tools: Mapping[str, tuple[str, Capability]], who: str = "") -> dict[str, Any]:
     """``{kind, fields}`` like every approval's preview, one bound a field. ``tools`` maps each tool to
-    its device's name and capability. Raises TooLongToShow for bounds too long to show the person."""
+    its device's name and capability; ``who`` is the agent's name. Raises TooLongToShow for bounds too
+    long to show the person."""
     fields = [
-        ("Mandate", summary(mandate, tools)),
-        ("Agent", mandate.agent_id or "any of your agents"),
+        ("Mandate", summary(mandate, tools, who)),
+        ("Agent", _agent_words(mandate, who)),
         ("Tools", "; ".join(f"{_tool_words(n, tools)} ({n})" for n in mandate.tools)),
         (
             "Values",

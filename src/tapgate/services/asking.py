@@ -12,12 +12,12 @@ from tapgate.domain.devices import Capability, Device
 from tapgate.domain.events import APPROVAL_REQUESTED
 from tapgate.domain.ids import new_id
 from tapgate.domain.inbox import (
-    YOUR_ASSISTANT,
     Approval,
     ApprovalStatus,
     binding_code,
     prompt_for,
     render_preview,
+    who_asks,
 )
 from tapgate.domain.invocations import Invocation, Status
 from tapgate.domain.principals import Principal
@@ -41,7 +41,7 @@ async def open_approval(
 ) -> Invocation:
     """Write the waiting call and its approval, push it to every device that can sign, and journal it.
     The card names who asks (the agent token's name) and ``why``."""
-    who = caller.agent_name or YOUR_ASSISTANT
+    who = who_asks(caller.agent_name)
     preview = render_preview(capability, invocation.arguments, who, why)
     planned = action_sha256(invocation.tool, device.device_id, capability.name, invocation.arguments, preview)
     window = min(ctx.limits.approval_sign_ttl_seconds, ctx.limits.invocation_timeout_seconds)

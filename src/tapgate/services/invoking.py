@@ -1,4 +1,4 @@
-"""Invoke: the check chain of DESIGN §3.3, in its order, then delivery to the device.
+"""Invoke: the check chain (``check_chain``), then asking the person or delivery to the device.
 
 The input is copied first. The first check that fails is the call's answer, a refusal that leaves only
 its audit entry. A call that passes is written as a ``pending`` row in the same transaction as its
@@ -18,8 +18,17 @@ from typing import Any
 from tapgate import faults
 from tapgate.domain import phone_action
 from tapgate.domain.audit import AuditRecord
-from tapgate.domain.console import PAUSED_REASON
-from tapgate.domain.devices import PHONE_ACTIONS, SMS_SEND, Capability, Device, DeviceStatus
+from tapgate.domain.check_chain import (
+    Passed,
+    Refusal,
+    Request,
+    by_policy,
+    check_input,
+    deny,
+    how_asked,
+    paused_agent,
+)
+from tapgate.domain.devices import PHONE_ACTIONS, SMS_SEND, Capability, Device
 from tapgate.domain.errors import Conflict, InvalidInput, NotFound
 from tapgate.domain.ids import new_id
 from tapgate.domain.inbox import may_answer, render_preview, why_asked
@@ -29,23 +38,16 @@ from tapgate.domain.invocations import (
     Invocation,
     Status,
     arguments_sha256,
-    check_arguments,
-    check_string,
     result_text,
-    strings_in,
 )
 from tapgate.domain.mandates import COVERABLE_HINT
-from tapgate.domain.policy import PolicyDecision, PolicyRequest, Verdict, decide
+from tapgate.domain.policy import Verdict
 from tapgate.domain.principals import Principal, Scope, TokenKind
 from tapgate.domain.push import INVOCATION_PENDING
-from tapgate.domain.secret_scan import SecretRefused, check_outbound
-from tapgate.domain.sessions import Session, SessionKind
 from tapgate.domain.shown import TOO_LONG, TooLongToShow
-from tapgate.domain.tools import PHONE_ACTION, ToolName, meant
 from tapgate.ports import UnitOfWork, Woken
-from tapgate.services import mandates
+from tapgate.services import check_chain, mandates
 from tapgate.services.asking import open_approval
-from tapgate.services.console import is_paused, is_paused_until
 from tapgate.services.context import (
     Context,
     device_key,
@@ -139,33 +141,6 @@ def _text(invocation: Invocation) -> str:
     return result_text(invocation.capability, invocation.status, invocation.message)
 
 
-class _Refusal(Exception):
-    def __init__(
-        self,
-        status: Status,
-        reason: str,
-        device: Device | None = None,
-        capability: str = "",
-        rule: PolicyDecision | None = None,
-    ) -> None:
-        super().__init__(reason)
-        self.status = status
-        self.reason = reason
-        self.device = device
-        self.capability = capability
-        self.rule = rule  # the policy rule that refused, named in the journal
-
-
-def _deny(reason: str, device: Device | None = None, capability: str = "") -> _Refusal:
-    return _Refusal(Status.REFUSED, f"[deny] {reason}", device, capability)
-
-
-def _policy(
-    reason: str, device: Device | None = None, capability: str = "", rule: PolicyDecision | None = None
-) -> _Refusal:
-    return _Refusal(Status.REFUSED, f"[policy] {reason}", device, capability, rule)
-
-
 async def invoke(ctx: Context, caller: Principal, call: Call, wait: float = 0) -> View:
     """Run the check chain and deliver, or refuse. Raises InvalidInput (bad call shape), Conflict
     (an invocation id reused with other arguments), Forbidden (not an agent with ``tools``)."""
@@ -221,7 +196,7 @@ async def _invoke(
                     delivered, online = await _chain(
                         ctx, uow, caller, call, arguments, invocation_id, digest, now
                     )
-                except _Refusal as refusal:
+                except Refusal as refusal:
                     await _journal_refusal(uow, caller, call, invocation_id, refusal, now)
                     known = refusal.device
                     refused = View(
@@ -266,98 +241,37 @@ async def _chain(
     digest: str,
     now: datetime,
 ) -> tuple[Invocation, bool]:
-    """The check chain; the call as written, and whether its device is online (``device_online``)."""
+    """The check chain (``check_chain``: read, then steps 1-7b), then asking or delivering; the call as
+    written, and whether its device is online (``device_online``)."""
     assert caller.user_id is not None
-    # 1. The device channel is on.
-    if not ctx.device_channel:
-        raise _deny("the device channel is off on this gateway")
-    # 1b. The person has not paused every agent (the console's switch); read with the device a device__
-    # tool names, which step 2 needs.
-    name = _tool_name(call)
-    if name is not None:
-        found, paused_until = await uow.devices.get_with_pause(caller.user_id, name.device_id)
-        paused = is_paused_until(paused_until, now)
-    else:
-        found, paused = None, await is_paused(uow, caller.user_id, now)
-    if paused:
-        raise _deny(PAUSED_REASON)
-    # 2. A real device of this user, and a capability it declares.
-    session = await uow.sessions.get(caller.user_id, call.session_id) if call.session_id else None
-    if session is not None and session.agent_id not in ("", caller.agent_id):
-        session = None
-    device, capability = await _resolve(uow, caller.user_id, call, session, name, found)
-    # 3. The person granted it; no rule can lift this.
-    if not device.may_run(capability.name):
-        raise _deny(
-            f"capability not granted: the person has not granted {capability.name} on {device.device_id}",
-            device,
-            capability.name,
-        )
-    # 4. Available: phone_action needs an attended session whose latest message came from this phone.
-    if capability.name == PHONE_ACTIONS and not _phone_available(session, device):
-        raise _Refusal(
-            Status.UNAVAILABLE, f"[deny] {phone_action.unavailable_text()}", device, capability.name
-        )
-    # 5. Policy.
-    origin = "untrusted" if session is not None and session.kind is SessionKind.TRIAGE else call.origin
-    decision = decide(
-        ctx.policies,
-        PolicyRequest(
-            tool=call.tool,
-            device_id=device.device_id,
-            capability=PHONE_ACTION if capability.name == PHONE_ACTIONS else capability.name,
-            capability_kind=capability.kind.value,
-            agent_id=caller.agent_id or "",
-            session_id=call.session_id or "",
-            session_kind=session.kind.value if session else "",
-            origin=origin,
-            shadow=call.shadow,
-        ),
+    request = Request(call.tool, caller.agent_id or "", call.session_id, call.origin, call.shadow)
+    read, passed = await check_chain.through(
+        uow, ctx.policies, caller.user_id, request, ctx.device_channel, now
     )
-    if decision.verdict is Verdict.BLOCK:
-        raise _policy(decision.reason, device, capability.name, decision)
-    # 6. Input: the capability's params, then its own checks.
-    payload = _checked_input(capability, arguments, device)
-    # 7. Hardline scan on every outbound text, before any row exists.
-    try:
-        check_outbound(strings_in(payload))
-    except SecretRefused as e:
-        raise _Refusal(Status.REFUSED, e.message, device, capability.name) from None
-    # 7b. Offline: the agent asked not to wait for a device that has no live link and no push route.
+    device, capability, decision, origin = passed.device, passed.capability, passed.decision, passed.origin
     online = device.reachable(now)
-    if call.if_offline == "fail" and not online:
-        raise _Refusal(
-            Status.UNAVAILABLE,
-            f"[deny] device offline: {device.device_id} has no live link and no push route now; "
-            "try again later, or call without if_offline=fail to wait for it",
-            device,
-            capability.name,
-        )
+    payload = check_input(passed, arguments, online, call.if_offline)
     # 8. Ask: the person decides on a device, with a signature; the call waits for it. A live mandate
-    # the person signed may answer for them instead, only for their own agent's calls (never a triage
-    # session's, a shadow run's, or a session's phone action), and only here: a block rule, an ungranted
-    # capability and the device's own on-screen step are past its reach.
-    ask = decision.verdict is Verdict.ASK or capability.confirm
-    used = None
-    coverable = ask and origin == "owner" and not call.shadow and capability.name != PHONE_ACTIONS
-    if coverable:
-        await _check_paused_agent(uow, caller, device, capability, now)
-        used = await mandates.cover(uow, caller.user_id, caller.agent_id or "", call.tool, payload, now)
-        ask = used is None
+    # the person signed may answer for them instead (``how_asked`` says when).
+    asked = how_asked(passed, call.shadow)
+    if asked.heard:
+        paused_agent(passed, read.agent_paused_until, now)
+    used = await mandates.cover(uow, caller.user_id, request, payload, now) if asked.coverable else None
+    ask = asked.ask and used is None
     if ask or capability.name in CONFIRMED_ON_DEVICE:
-        await _check_fatigue(ctx, uow, caller, device, capability, now, agent_checked=coverable)
+        await _check_fatigue(ctx, uow, caller.user_id, passed)
     if ask:
         try:
             render_preview(capability, payload)
         except TooLongToShow:
-            raise _deny(TOO_LONG, device, capability.name) from None
+            raise deny(TOO_LONG, device, capability.name) from None
         approvers = [
             d
             for d in await uow.devices.list(caller.user_id)
             if may_answer(d, capability.name, device.device_id, call=True)
         ]
         if not approvers:
-            raise _policy(
+            raise by_policy(
                 "nobody can approve this call: the person has no device that approves for them",
                 device,
                 capability.name,
@@ -377,7 +291,8 @@ async def _chain(
             ctx, uow, caller, waiting, device, capability, approvers, decision.rule, now, decision.line, why
         )
         return opened, online
-    # 10. Deliver: the pending row, its journal entry and its wake-up, in one transaction.
+    # 10. Deliver: the pending row, its journal entry and its wake-up, in one transaction. A call under a
+    # mandate names it, and the count of its uses with this call, in that same entry.
     invocation = _new_invocation(
         ctx, caller, call, device, capability, payload, invocation_id, digest, now, origin
     )
@@ -385,12 +300,13 @@ async def _chain(
     if used is not None:
         invocation = replace(invocation, mandate_id=used.mandate.mandate_id)
         data["mandate_id"] = used.mandate.mandate_id
+        data["mandate_used"] = used.count
     await deliver(ctx, uow, invocation, device, now)
     await uow.journal.append(
         AuditRecord("invocation.created", caller.actor, "pending", subject=invocation_id, data=data), now
     )
     if used is not None:
-        await mandates.record_use(uow, caller.actor, used, invocation_id, now)
+        await mandates.announce_use(uow, caller.actor, used, invocation_id, now)
     return invocation, online
 
 
@@ -430,7 +346,7 @@ def _new_invocation(
 async def deliver(
     ctx: Context, uow: UnitOfWork, invocation: Invocation, device: Device, now: datetime
 ) -> None:
-    """Write (or move to) the pending row with its push, and wake the device (DESIGN §3.3 step 10)."""
+    """Write (or move to) the pending row with its push, and wake the device: a call let through."""
     key = device_key(invocation.tenant_id, device.device_uid)
     if invocation.status is Status.PENDING and invocation.approval_id is None:
         await uow.invocations.add(invocation)
@@ -447,131 +363,14 @@ async def deliver(
     await queue_push(uow, device, INVOCATION_PENDING, invocation.invocation_id, now, delay)
 
 
-def _tool_name(call: Call) -> ToolName | None:
-    """The device__ tool ``call`` names, or None (``phone_action``, or no such name)."""
-    if call.tool == PHONE_ACTION:
-        return None
-    try:
-        return ToolName.parse(call.tool)
-    except InvalidInput:
-        return None
-
-
-async def _resolve(
-    uow: UnitOfWork,
-    user_id: str,
-    call: Call,
-    session: Session | None,
-    name: ToolName | None,
-    found: Device | None,
-) -> tuple[Device, Capability]:
-    """The device and capability a tool name means, or the refusal that says what is wrong with it:
-    ``unknown tool`` only for a name that never existed for this person. ``name`` is ``_tool_name``'s,
-    ``found`` the live device it names, as read."""
-    if call.tool == PHONE_ACTION:
-        if call.session_id is None:
-            raise _deny("phone_action needs a session_id: the session the person's message came in")
-        if session is None:
-            raise _deny(f"unknown session: this agent has no session {call.session_id!r}")
-        device = await uow.devices.by_uid(session.phone_device_uid) if session.phone_device_uid else None
-        if device is None or device.declared(PHONE_ACTIONS) is None:
-            raise _Refusal(Status.UNAVAILABLE, f"[deny] {phone_action.unavailable_text()}")
-        _usable(device)
-        declared = device.declared(PHONE_ACTIONS)
-        assert declared is not None
-        return device, declared.capability
-    if name is None:
-        raise await _unknown(uow, user_id, call.tool)
-    if found is None:
-        if await uow.devices.ever(user_id, name.device_id):
-            raise _deny(f"device revoked: the person removed {name.device_id}; its tools are gone")
-        raise await _unknown(uow, user_id, call.tool)
-    _usable(found)
-    declared = found.declared(name.capability)
-    if declared is None or not declared.capability.device_tool:  # phone_actions, approvals: never tools
-        raise await _unknown(uow, user_id, call.tool)
-    return found, declared.capability
-
-
-async def _unknown(uow: UnitOfWork, user_id: str, tool: str) -> _Refusal:
-    """``unknown tool``, with the tool of this person's the name is most likely a typo of: only tools
-    this agent may list itself (another person's never)."""
-    names = [
-        str(ToolName(device.device_id, capability.name))
-        for device in await uow.devices.list(user_id)
-        if device.status is DeviceStatus.ACTIVE
-        for capability in device.granted()
-        if capability.device_tool
-    ]
-    guess = meant(tool, names)
-    return _deny(f"unknown tool; did you mean {guess}?" if guess else "unknown tool")
-
-
-def _usable(device: Device) -> None:
-    if device.status is DeviceStatus.REVOKED:
-        raise _deny(f"device revoked: the person removed {device.device_id}; its tools are gone", device)
-    if device.status is not DeviceStatus.ACTIVE:
-        raise _deny(f"device not paired yet: {device.device_id} waits for the person to confirm it", device)
-
-
-def _phone_available(session: Session | None, device: Device) -> bool:
-    if session is None:
-        return False
-    return session.latest_device_uid == device.device_uid and phone_action.is_available(
-        session.attended, session.latest_capabilities, session.kind.value
-    )
-
-
-def _checked_input(capability: Capability, arguments: dict[str, Any], device: Device) -> dict[str, Any]:
-    try:
-        for field, text in strings_in(arguments):
-            check_string(field, text)
-        if capability.name == PHONE_ACTIONS:
-            return phone_action.validate(arguments).payload()
-        return check_arguments(capability, arguments)
-    except phone_action.PhoneActionRefused as e:
-        raise _deny(e.text, device, capability.name) from None
-    except InvalidInput as e:
-        raise _deny(e.message, device, capability.name) from None
-
-
-async def _check_paused_agent(
-    uow: UnitOfWork, caller: Principal, device: Device, capability: Capability, now: datetime
-) -> None:
-    """A paused agent ("this wasn't me") is asked nothing, and no mandate answers for it either."""
-    assert caller.user_id is not None
-    until = await uow.pauses.paused_until(caller.user_id, caller.agent_id or "")
-    if is_paused_until(until, now):
-        assert until is not None
-        raise _policy(
-            f"the person said a request from this agent wasn't them; its requests are paused until "
-            f"{until.strftime('%H:%M')} UTC",
-            device,
-            capability.name,
-        )
-
-
-async def _check_fatigue(
-    ctx: Context,
-    uow: UnitOfWork,
-    caller: Principal,
-    device: Device,
-    capability: Capability,
-    now: datetime,
-    agent_checked: bool = False,
-) -> None:
-    """Push fatigue (DESIGN §7.1): a paused agent asks nothing, and the person's open cards are capped."""
-    assert caller.user_id is not None
-    if not agent_checked:
-        await _check_paused_agent(uow, caller, device, capability, now)
-    waiting = await uow.approvals.count_pending(caller.user_id) + await uow.invocations.count_confirming(
-        caller.user_id
-    )
+async def _check_fatigue(ctx: Context, uow: UnitOfWork, user_id: str, passed: Passed) -> None:
+    """Push fatigue: the person's open cards are capped."""
+    waiting = await uow.approvals.count_pending(user_id) + await uow.invocations.count_confirming(user_id)
     if waiting >= ctx.limits.max_open_confirmations:
-        raise _policy(
+        raise by_policy(
             f"{waiting} requests already wait for the person to confirm; wait for them to answer first",
-            device,
-            capability.name,
+            passed.device,
+            passed.capability.name,
         )
 
 
@@ -604,7 +403,7 @@ def _audit_data(
 
 
 async def _journal_refusal(
-    uow: UnitOfWork, caller: Principal, call: Call, invocation_id: str, refusal: _Refusal, now: datetime
+    uow: UnitOfWork, caller: Principal, call: Call, invocation_id: str, refusal: Refusal, now: datetime
 ) -> None:
     device_id = refusal.device.device_id if refusal.device else ""
     await uow.journal.append(
@@ -675,7 +474,7 @@ async def _await_answer(
 
 
 def _user_of(caller: Principal) -> str:
-    """The user whose ids a call names: an invocation id is its user's own (DESIGN §15)."""
+    """The user whose ids a call names: an invocation id is its user's own."""
     assert caller.user_id is not None  # agents and users only: require() ran first
     return caller.user_id
 

@@ -12,18 +12,18 @@ from typing import Any
 
 from tapgate.domain.approvals import Decision, action_sha256, new_sign_block
 from tapgate.domain.audit import AuditRecord
+from tapgate.domain.check_chain import Request, covering
 from tapgate.domain.devices import Capability, Device, DeviceStatus
 from tapgate.domain.errors import Conflict, Forbidden, MalformedRequest, NotFound
 from tapgate.domain.events import APPROVAL_REQUESTED
 from tapgate.domain.ids import new_id
-from tapgate.domain.inbox import Approval, ApprovalStatus, binding_code
+from tapgate.domain.inbox import Approval, ApprovalStatus, binding_code, who_asks
 from tapgate.domain.mandates import (
     MANDATE,
     Mandate,
     MandateStatus,
     canonical,
     check_bounds,
-    first_covering,
     preview,
     summary,
 )
@@ -114,7 +114,9 @@ async def request(ctx: Context, caller: Principal, body: Mapping[str, Any]) -> M
             approval_id=approval_id,
         )
         shown = {n: (d.name, c) for n, (d, c) in tools.items()}
-        card = preview(mandate, shown)
+        # the agent as the person's other cards name it: its token's name, when it asks for itself
+        who = who_asks(caller.agent_name) if caller.kind is TokenKind.AGENT and agent_id else ""
+        card = preview(mandate, shown, who)
         arguments = canonical(mandate)
         approval = Approval(
             tenant_id=caller.tenant_id,
@@ -124,7 +126,7 @@ async def request(ctx: Context, caller: Principal, body: Mapping[str, Any]) -> M
             invocation_id=None,
             kind=MANDATE,
             subject=mandate_id,
-            prompt=summary(mandate, shown),
+            prompt=summary(mandate, shown, who),
             preview=card,
             sign=new_sign_block(action_sha256(MANDATE, mandate_id, MANDATE, arguments, card), now, window),
             binding_code=binding_code(),
@@ -166,8 +168,7 @@ async def _record(
         now,
     )
     uow.notify(events_key(mandate.tenant_id, mandate.user_id))
-    if event != MANDATE_USED:  # a use changes no card and no live mandate: the devices need not look again
-        uow.notify(inbox_key(mandate.tenant_id, mandate.user_id))
+    uow.notify(inbox_key(mandate.tenant_id, mandate.user_id))
 
 
 def require_signature(approval: Approval, signed: bool) -> None:
@@ -276,23 +277,34 @@ async def revoke(ctx: Context, caller: Principal, mandate_id: str) -> Mandate:
 
 
 async def cover(
-    uow: UnitOfWork, user_id: str, agent_id: str, tool: str, arguments: Mapping[str, Any], now: datetime
+    uow: UnitOfWork, user_id: str, request: Request, payload: Mapping[str, Any], now: datetime
 ) -> Used | None:
     """The live mandate that lets this call through without an approval, with one of its uses spent in
-    the call's own transaction; None when none covers it (or the last use went to another call)."""
-    for mandate in first_covering(await uow.mandates.live_for(user_id, now), agent_id, tool, arguments, now):
+    the call's own transaction; None when none covers it (or the last use went to another call). Read
+    from the store on every call, never cached: a revocation holds from its commit on."""
+    for mandate in covering(await uow.mandates.live_for(user_id, now), request, payload, now):
         count = await uow.mandates.take(mandate.mandate_id, now)
         if count is not None:
             return Used(mandate, count)
     return None
 
 
-async def record_use(uow: UnitOfWork, actor: str, used: Used, invocation_id: str, now: datetime) -> None:
-    """Journal ``mandate.used`` (the mandate, the call, the count) and announce it, and its last use."""
-    extra: dict[str, str | int | None] = {"invocation_id": invocation_id, "used": used.count}
-    await _record(uow, actor, used.mandate, MANDATE_USED, "used", now, extra)
-    if used.count >= used.mandate.max_calls:
-        await _record(uow, "system:mandate", used.mandate, MANDATE_EXHAUSTED, "exhausted", now)
+async def announce_use(uow: UnitOfWork, actor: str, used: Used, invocation_id: str, now: datetime) -> None:
+    """Announce ``mandate.used`` (the mandate, the call, the count) on the agent's event stream, and its
+    last use (``mandate.exhausted``, journalled too). The call's own journal entry names the mandate and
+    the count, so the use needs no entry of its own."""
+    mandate = used.mandate
+    data: dict[str, str | int | None] = {
+        "mandate_id": mandate.mandate_id,
+        "agent_id": mandate.agent_id,
+        "invocation_id": invocation_id,
+        "used": used.count,
+    }
+    await uow.events.append(mandate.user_id, MANDATE_USED, data, now)
+    # a use changes no card and no live mandate: the person's devices need not look again
+    uow.notify(events_key(mandate.tenant_id, mandate.user_id))
+    if used.count >= mandate.max_calls:
+        await _record(uow, "system:mandate", mandate, MANDATE_EXHAUSTED, "exhausted", now)
 
 
 async def sweep_expired(ctx: Context, tenant_id: str, limit: int) -> int:

@@ -1,20 +1,23 @@
 """Explain a call's policy verdict against the live database, creating nothing (``tapgate policy explain``).
 
-The call is resolved as the check chain resolves it (DESIGN §3.3 steps 2-5): the user's device and its
-capability, the person's grant, then the rules in force in this process. A step before policy that would
-refuse the call is reported as the verdict, since the rules would never be asked.
+The call goes through the check chain's reads and its checks up to the rules (``check_chain``), as an
+agent's call would: the device the tool names and the person's pause, the device and its capability,
+the person's grant, then the rules in force in this process. A check before policy that would refuse
+the call is reported as the verdict, in the words the agent would read, since the rules would never be
+asked.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tapgate.domain.devices import PHONE_ACTIONS, Device, DeviceStatus
+from tapgate.domain.check_chain import Refusal, Request
+from tapgate.domain.devices import Device
 from tapgate.domain.errors import InvalidInput, NotFound
 from tapgate.domain.policy import UNTRUSTED, PolicyRequest
 from tapgate.domain.policy_explain import Explanation, explain
 from tapgate.domain.sessions import SessionKind
-from tapgate.domain.tools import PHONE_ACTION, ToolName
+from tapgate.services import check_chain
 from tapgate.services.context import Context
 
 
@@ -44,49 +47,17 @@ async def explain_call(
     kinds = [k.value for k in SessionKind]
     if session_kind and session_kind not in kinds:
         raise InvalidInput("session_kind", f"--session-kind must be one of {', '.join(kinds)}.")
+    request = Request(tool, agent_id, origin=origin, session_kind=session_kind)
+    now = ctx.clock.now()
     async with ctx.store.unit_of_work(tenant_id) as uow:
         if await uow.tenants.get() is None:
             raise NotFound(f"There is no tenant {tenant_id!r}.")
         if await uow.users.get(user_id) is None:
             raise NotFound(f"Tenant {tenant_id!r} has no user {user_id!r}.")
-        devices = list(await uow.devices.list(user_id))
-    if not ctx.device_channel:
-        return Explained(None, None, "the device channel is off on this gateway")
-    device, capability = _resolve(devices, tool)
-    if device is None:
-        return Explained(None, None, f"unknown tool: {user_id} has no active device serving {tool}")
-    declared = device.declared(capability)
-    assert declared is not None
-    if not declared.granted:
-        return Explained(None, device, f"the person has not granted {capability} on {device.device_id}")
-    if session_kind == SessionKind.TRIAGE.value:
-        origin = UNTRUSTED  # the chain treats every call of a triage session as untrusted
-    request = PolicyRequest(
-        tool=tool,
-        device_id=device.device_id,
-        capability=PHONE_ACTION if capability == PHONE_ACTIONS else capability,
-        capability_kind=declared.capability.kind.value,
-        agent_id=agent_id,
-        session_kind=session_kind,
-        origin=origin,
-    )
-    return Explained(request, device, explanation=explain(ctx.policies, request))
-
-
-def _resolve(devices: list[Device], tool: str) -> tuple[Device | None, str]:
-    active = [d for d in devices if d.status is DeviceStatus.ACTIVE]
-    if tool == PHONE_ACTION:
-        phones = [d for d in active if d.declared(PHONE_ACTIONS) is not None]
-        return (phones[0], PHONE_ACTIONS) if phones else (None, "")
-    try:
-        name = ToolName.parse(tool)
-    except InvalidInput:
-        return None, ""
-    for device in active:
-        if (
-            device.device_id == name.device_id
-            and (declared := device.declared(name.capability)) is not None
-            and declared.capability.device_tool
-        ):
-            return device, name.capability
-    return None, ""
+        try:
+            _, passed = await check_chain.through(
+                uow, ctx.policies, user_id, request, ctx.device_channel, now
+            )
+        except Refusal as refusal:
+            return Explained(None, refusal.device, refusal.reason)
+    return Explained(passed.request, passed.device, explanation=explain(ctx.policies, passed.request))

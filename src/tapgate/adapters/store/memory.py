@@ -257,9 +257,13 @@ class _Devices(_Repo):
             None,
         )
 
-    async def get_with_pause(self, user_id: str, device_id: str) -> tuple[Device | None, datetime | None]:
+    async def get_with_pause(
+        self, user_id: str, device_id: str, agent_id: str = ALL_AGENTS
+    ) -> tuple[Device | None, datetime | None, datetime | None]:
         paused_until = self.state.pauses.get((self.tenant_id, user_id, ALL_AGENTS))
-        return await self.get(user_id, device_id), paused_until
+        device = await self.get(user_id, device_id)
+        agent = self.state.pauses.get((self.tenant_id, user_id, agent_id)) if device is not None else None
+        return device, paused_until, agent
 
     async def by_uid(self, device_uid: str) -> Device | None:
         return self.state.devices.get((self.tenant_id, device_uid))

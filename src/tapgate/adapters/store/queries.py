@@ -10,13 +10,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import bindparam, func, literal_column, or_, select, update
+from sqlalchemy import bindparam, case, func, literal_column, or_, select, update
 
 from tapgate.adapters.store import tables as t
 from tapgate.adapters.store.tenancy import join, scoped
 from tapgate.domain.devices import DeviceStatus
 from tapgate.domain.inbox import ApprovalStatus
 from tapgate.domain.invocations import CONFIRMED_ON_DEVICE, OPEN, Status
+from tapgate.domain.mandates import MandateStatus
 
 _cred = t.credentials.c
 _dev = t.devices.c
@@ -183,10 +184,42 @@ COUNT_PENDING_APPROVALS = scoped(select(func.count()), over=t.approvals).where(
 PAUSED_UNTIL = scoped(select(_pause.until)).where(
     _pause.user_id == bindparam("user"), _pause.agent_id == bindparam("agent")
 )
-# A live device with its capabilities and the person's pause of every agent ("agent": ALL_AGENTS), one
-# statement: the check chain's first look at a call.
+# A live device with its capabilities, the person's pause of every agent ("agent": ALL_AGENTS) and their
+# pause of this call's agent ("caller"), one statement: the check chain's first look at a call.
 LIVE_DEVICE_WITH_PAUSE = LIVE_DEVICE_WITH_CAPABILITIES.add_columns(
-    PAUSED_UNTIL.scalar_subquery().label("paused_until")
+    PAUSED_UNTIL.scalar_subquery().label("paused_until"),
+    scoped(select(_pause.until))
+    .where(_pause.user_id == bindparam("user"), _pause.agent_id == bindparam("caller"))
+    .scalar_subquery()
+    .label("agent_paused_until"),
+)
+
+_mnd = t.mandates.c
+_ACTIVE_MANDATE = _mnd.status == literal_column(f"'{MandateStatus.ACTIVE.value}'")
+# The person's signed mandates inside their window with a call left in all: what may cover a call.
+LIVE_MANDATES = scoped(select(t.mandates)).where(
+    _mnd.user_id == bindparam("user"),
+    _ACTIVE_MANDATE,
+    _mnd.expires_at > bindparam("now"),
+    _mnd.used < _mnd.max_calls,
+)
+# One use spent in one conditional statement: a concurrent one waits on the row (PostgreSQL) or the write
+# lock (SQLite) and then finds the counts it left, so a use is never spent twice.
+TAKE_MANDATE = (
+    scoped(update(t.mandates))
+    .where(
+        _mnd.mandate_id == bindparam("id"),
+        _ACTIVE_MANDATE,
+        _mnd.expires_at > bindparam("now"),
+        _mnd.used < _mnd.max_calls,
+        or_(_mnd.per_day.is_(None), _mnd.day != bindparam("day"), _mnd.used_today < _mnd.per_day),
+    )
+    .values(
+        used=_mnd.used + 1,
+        used_today=case((_mnd.day == bindparam("day"), _mnd.used_today + 1), else_=literal_column("1")),
+        day=bindparam("day"),
+    )
+    .returning(_mnd.used)
 )
 
 _rcpt = t.ingest_receipts.c
@@ -245,6 +278,8 @@ for _statement in (
     DEVICE_BY_UID_WITH_CAPABILITIES,
     LIVE_DEVICE_WITH_CAPABILITIES,
     LIVE_DEVICE_WITH_PAUSE,
+    LIVE_MANDATES,
+    TAKE_MANDATE,
     TOUCH_DEVICE,
     LINK_DEVICE,
     INVOCATION,

@@ -115,11 +115,26 @@ class SqlDevices(Repo):
     async def get(self, user_id: str, device_id: str) -> Device | None:
         return await self._load_one(q.LIVE_DEVICE_WITH_CAPABILITIES, user=user_id, device=device_id)
 
-    async def get_with_pause(self, user_id: str, device_id: str) -> tuple[Device | None, datetime | None]:
-        values = {"tenant": self.tenant_id, "user": user_id, "device": device_id, "agent": ALL_AGENTS}
+    async def get_with_pause(
+        self, user_id: str, device_id: str, agent_id: str = ALL_AGENTS
+    ) -> tuple[Device | None, datetime | None, datetime | None]:
+        values = {
+            "tenant": self.tenant_id,
+            "user": user_id,
+            "device": device_id,
+            "agent": ALL_AGENTS,
+            "caller": agent_id,
+        }
         rows = (await self.conn.execute(q.LIVE_DEVICE_WITH_PAUSE, values)).all()
-        until = rows[0].paused_until if rows else await self.conn.scalar(q.PAUSED_UNTIL, values)
-        return _first_device(rows), until if isinstance(until, datetime) else None
+        if not rows:  # no such device: the call is refused unless every agent is paused, which says so
+            until = await self.conn.scalar(q.PAUSED_UNTIL, values)
+            return None, until if isinstance(until, datetime) else None, None
+        until, agent = rows[0].paused_until, rows[0].agent_paused_until
+        return (
+            _first_device(rows),
+            until if isinstance(until, datetime) else None,
+            agent if isinstance(agent, datetime) else None,
+        )
 
     async def by_uid(self, device_uid: str) -> Device | None:
         return await self._load_one(q.DEVICE_BY_UID_WITH_CAPABILITIES, uid=device_uid)

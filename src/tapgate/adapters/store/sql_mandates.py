@@ -7,8 +7,9 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import case, or_, select, update
+from sqlalchemy import select, update
 
+from tapgate.adapters.store import queries as q
 from tapgate.adapters.store import tables as t
 from tapgate.adapters.store.sql_base import Repo
 from tapgate.domain.mandates import Mandate, MandateStatus, utc_day
@@ -68,26 +69,23 @@ class SqlMandates(Repo):
 
     async def get(self, mandate_id: str) -> Mandate | None:
         r = (
-            await self.conn.execute(self.scoped(select(t.mandates)).where(_m.mandate_id == mandate_id))
+            await self.conn.execute(
+                select(t.mandates).where(_m.tenant_id == self.tenant_id, _m.mandate_id == mandate_id)
+            )
         ).first()
         return None if r is None else _mandate(r)
 
     async def list_for(self, user_id: str) -> Sequence[Mandate]:
         rows = await self.conn.execute(
-            self.scoped(select(t.mandates))
-            .where(_m.user_id == user_id)
+            select(t.mandates)
+            .where(_m.tenant_id == self.tenant_id, _m.user_id == user_id)
             .order_by(_m.created_at.desc(), _m.mandate_id.desc())
         )
         return [_mandate(r) for r in rows]
 
     async def live_for(self, user_id: str, now: datetime) -> Sequence[Mandate]:
         rows = await self.conn.execute(
-            self.scoped(select(t.mandates)).where(
-                _m.user_id == user_id,
-                _m.status == MandateStatus.ACTIVE.value,
-                _m.expires_at > now,
-                _m.used < _m.max_calls,
-            )
+            q.LIVE_MANDATES, {"tenant": self.tenant_id, "user": user_id, "now": now}
         )
         return sorted((_mandate(r) for r in rows), key=lambda m: (m.created_at, m.mandate_id), reverse=True)
 
@@ -95,42 +93,28 @@ class SqlMandates(Repo):
         self, mandate_id: str, was: MandateStatus, status: MandateStatus, at: datetime, by: str
     ) -> bool:
         result = await self.conn.execute(
-            self.scoped(update(t.mandates))
-            .where(_m.mandate_id == mandate_id, _m.status == was.value)
+            update(t.mandates)
+            .where(_m.tenant_id == self.tenant_id, _m.mandate_id == mandate_id, _m.status == was.value)
             .values(status=status.value, decided_at=at, decided_by=by)
         )
         return bool(result.rowcount)
 
     async def ended(self, now: datetime, limit: int) -> Sequence[Mandate]:
         rows = await self.conn.execute(
-            self.scoped(select(t.mandates))
-            .where(_m.status == MandateStatus.ACTIVE.value, _m.expires_at <= now)
+            select(t.mandates)
+            .where(
+                _m.tenant_id == self.tenant_id,
+                _m.status == MandateStatus.ACTIVE.value,
+                _m.expires_at <= now,
+            )
             .order_by(_m.expires_at, _m.mandate_id)
             .limit(limit)
         )
         return [_mandate(r) for r in rows]
 
     async def take(self, mandate_id: str, now: datetime) -> int | None:
-        # One conditional UPDATE: a concurrent one waits on the row (PostgreSQL) or the write lock
-        # (SQLite) and then finds the counts it left, so a use is never spent twice.
-        day = utc_day(now)
-        result = await self.conn.execute(
-            self.scoped(update(t.mandates))
-            .where(
-                _m.mandate_id == mandate_id,
-                _m.status == MandateStatus.ACTIVE.value,
-                _m.expires_at > now,
-                _m.used < _m.max_calls,
-                or_(_m.per_day.is_(None), _m.day != day, _m.used_today < _m.per_day),
-            )
-            .values(
-                used=_m.used + 1,
-                used_today=case((_m.day == day, _m.used_today + 1), else_=1),
-                day=day,
-            )
-            .returning(_m.used)
-        )
-        used = result.scalar()
+        values = {"tenant": self.tenant_id, "id": mandate_id, "now": now, "day": utc_day(now)}
+        used = (await self.conn.execute(q.TAKE_MANDATE, values)).scalar()
         return None if used is None else int(used)
 
 
