@@ -69,16 +69,14 @@ class SqlMandates(Repo):
 
     async def get(self, mandate_id: str) -> Mandate | None:
         r = (
-            await self.conn.execute(
-                select(t.mandates).where(_m.tenant_id == self.tenant_id, _m.mandate_id == mandate_id)
-            )
+            await self.conn.execute(self.scoped(select(t.mandates)).where(_m.mandate_id == mandate_id))
         ).first()
         return None if r is None else _mandate(r)
 
     async def list_for(self, user_id: str) -> Sequence[Mandate]:
         rows = await self.conn.execute(
-            select(t.mandates)
-            .where(_m.tenant_id == self.tenant_id, _m.user_id == user_id)
+            self.scoped(select(t.mandates))
+            .where(_m.user_id == user_id)
             .order_by(_m.created_at.desc(), _m.mandate_id.desc())
         )
         return [_mandate(r) for r in rows]
@@ -93,20 +91,16 @@ class SqlMandates(Repo):
         self, mandate_id: str, was: MandateStatus, status: MandateStatus, at: datetime, by: str
     ) -> bool:
         result = await self.conn.execute(
-            update(t.mandates)
-            .where(_m.tenant_id == self.tenant_id, _m.mandate_id == mandate_id, _m.status == was.value)
+            self.scoped(update(t.mandates))
+            .where(_m.mandate_id == mandate_id, _m.status == was.value)
             .values(status=status.value, decided_at=at, decided_by=by)
         )
         return bool(result.rowcount)
 
     async def ended(self, now: datetime, limit: int) -> Sequence[Mandate]:
         rows = await self.conn.execute(
-            select(t.mandates)
-            .where(
-                _m.tenant_id == self.tenant_id,
-                _m.status == MandateStatus.ACTIVE.value,
-                _m.expires_at <= now,
-            )
+            self.scoped(select(t.mandates))
+            .where(_m.status == MandateStatus.ACTIVE.value, _m.expires_at <= now)
             .order_by(_m.expires_at, _m.mandate_id)
             .limit(limit)
         )
