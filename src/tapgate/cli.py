@@ -28,6 +28,7 @@ from tapgate.domain.accounts import ListedToken
 from tapgate.domain.audit import BrokenChain
 from tapgate.domain.console import CONSOLE_SESSION
 from tapgate.domain.errors import ConfigurationError, TapgateError
+from tapgate.domain.invocations import MAX_WAIT_SECONDS
 from tapgate.domain.principals import Principal, TokenKind
 from tapgate.operator_commands import register as register_operator_commands
 
@@ -667,7 +668,8 @@ def mcp_stdio(
         typer.Option("--session", help="A session id: its phone_action tool, and its origin for policy."),
     ] = None,
     wait: Annotated[
-        float, typer.Option(min=0, max=300, help="Seconds a tool call waits for the device's answer.")
+        float,
+        typer.Option(min=0, max=MAX_WAIT_SECONDS, help="Seconds a tool call waits for the device's answer."),
     ] = 60.0,
     ca_file: CaFileOption = None,
 ) -> None:

@@ -32,8 +32,11 @@ from tapgate.domain.ids import check_slug
 from tapgate.domain.text import check_display_text
 
 DEVICE_ID_MAX = 24
+# The one rule for a capability's name, wherever one is given: a manifest, a policy rule, a grant, a
+# session's message capabilities, the CLI. A parameter's name follows it too.
 CAPABILITY_NAME = re.compile(r"^[a-z][a-z0-9]*(_[a-z0-9]+)*$")
 CAPABILITY_NAME_MAX = 30
+CAPABILITY_NAME_RULE = f"lower snake case without '__', at most {CAPABILITY_NAME_MAX} characters"
 MAX_CAPABILITIES = 32
 MAX_PARAMS = 16
 MAX_ENUM = 32
@@ -49,6 +52,15 @@ _FRAMING = re.compile(r"[\[\]()]")
 SMS_SEND = "sms_send"
 PHONE_ACTIONS = "phone_actions"
 APPROVALS = "approvals"
+
+
+def is_capability_name(value: object) -> bool:
+    """Whether ``value`` is a capability name (``CAPABILITY_NAME_RULE``)."""
+    return (
+        isinstance(value, str)
+        and len(value) <= CAPABILITY_NAME_MAX
+        and CAPABILITY_NAME.fullmatch(value) is not None
+    )
 
 
 class CapabilityKind(StrEnum):
@@ -348,10 +360,8 @@ def _flag(entry: Mapping[str, Any], key: str, where: str) -> bool:
 
 
 def _param(name: object, spec: object, where: str) -> Param:
-    if not isinstance(name, str) or not CAPABILITY_NAME.fullmatch(name) or len(name) > CAPABILITY_NAME_MAX:
-        raise InvalidInput(
-            where, f"{where}: parameter names are lower snake case, at most {CAPABILITY_NAME_MAX} characters."
-        )
+    if not is_capability_name(name):
+        raise InvalidInput(where, f"{where}: parameter names are {CAPABILITY_NAME_RULE}.")
     at = f"{where}.{name}"
     if not isinstance(spec, Mapping):
         raise InvalidInput(at, f"{at} must be an object with a 'type'.")
@@ -406,11 +416,8 @@ def parse_capability(entry: object, where: str, allow_granted: bool = False) -> 
         key = sorted(unknown)[0]
         raise InvalidInput(f"{where}.{key}", f"{where}.{key} is not a capability key.")
     name = entry.get("name")
-    if not isinstance(name, str) or not CAPABILITY_NAME.fullmatch(name) or len(name) > CAPABILITY_NAME_MAX:
-        raise InvalidInput(
-            f"{where}.name",
-            f"{where}.name must be lower snake case without '__', at most {CAPABILITY_NAME_MAX} characters.",
-        )
+    if not is_capability_name(name):
+        raise InvalidInput(f"{where}.name", f"{where}.name must be {CAPABILITY_NAME_RULE}.")
     granted = _flag(entry, "granted", where) if allow_granted else False
     if name in BUILTINS:
         return Declared(BUILTINS[name], granted)
@@ -464,12 +471,19 @@ def read_grants(grants: object, field: str = "grants") -> dict[str, bool]:
     if isinstance(grants, list | dict) and len(grants) > MAX_GRANTS:
         raise InvalidInput(field, f"{field} names at most {MAX_GRANTS} capabilities.")
     if isinstance(grants, list) and all(isinstance(g, str) for g in grants):
-        return dict.fromkeys(grants, True)
-    if isinstance(grants, dict) and all(
+        read = dict.fromkeys(grants, True)
+    elif isinstance(grants, dict) and all(
         isinstance(k, str) and isinstance(v, bool) for k, v in grants.items()
     ):
-        return dict(grants)
-    raise InvalidInput(field, f"{field} must be {GRANTS_SHAPE}.")
+        read = dict(grants)
+    else:
+        raise InvalidInput(field, f"{field} must be {GRANTS_SHAPE}.")
+    for name in read:
+        if not is_capability_name(name):
+            raise InvalidInput(
+                field, f"{field} names {name[:40]!r}, not a capability: names are {CAPABILITY_NAME_RULE}."
+            )
+    return read
 
 
 def apply_grants(declared: Sequence[Declared], grants: object, field: str = "grants") -> list[Declared]:

@@ -20,6 +20,8 @@ from tapgate.domain.devices import SMS_SEND, Capability, ParamType
 from tapgate.domain.errors import Conflict, InvalidInput
 from tapgate.domain.text import unsafe_character
 
+MAX_WAIT_SECONDS = 300  # the longest any caller may be held waiting for a call's answer
+
 STRING_MAX = 4096
 MESSAGE_MAX = 500
 OFFLINE = "tool.device_offline"

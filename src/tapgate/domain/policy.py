@@ -61,6 +61,7 @@ from typing import NoReturn
 
 import yaml
 
+from tapgate.domain.devices import CAPABILITY_NAME_RULE, is_capability_name
 from tapgate.domain.errors import ConfigurationError
 from tapgate.domain.ids import SLUG
 from tapgate.domain.text import unsafe_character
@@ -105,7 +106,6 @@ _RESERVED_PREFIXES = ("tapgate:", PROFILE_PREFIX)
 _ACTIONS = (DEVICE_USE,)
 # The session tool phone_action is served by the capability a phone declares as phone_actions (DESIGN §4.3).
 _MESSAGES = frozenset({"sms_send", "phone_action", "phone_actions"})
-_CAPABILITY = re.compile(r"[a-z][a-z0-9]*(?:_[a-z0-9]+)*")
 _DEVICE_TOOL = re.compile(r"device__[a-z0-9]+(?:_[a-z0-9]+)*__[a-z][a-z0-9]*(?:_[a-z0-9]+)*")
 _STR = "tag:yaml.org,2002:str"
 _NULL = "tag:yaml.org,2002:null"
@@ -152,10 +152,6 @@ def _is_tool(value: str) -> bool:
     return value == "phone_action" or (len(value) <= 64 and _DEVICE_TOOL.fullmatch(value) is not None)
 
 
-def _is_capability(value: str) -> bool:
-    return len(value) <= 30 and _CAPABILITY.fullmatch(value) is not None
-
-
 # Fields whose values have a known shape: (the test, what a value must be).
 _SHAPES: Mapping[str, tuple[Callable[[str], bool], str]] = MappingProxyType(
     {
@@ -163,7 +159,7 @@ _SHAPES: Mapping[str, tuple[Callable[[str], bool], str]] = MappingProxyType(
             lambda v: len(v) <= 24 and SLUG.fullmatch(v) is not None,
             "lower-case words joined by '-', like desk-lamp",
         ),
-        "capability": (_is_capability, "lower snake case, like set_light"),
+        "capability": (is_capability_name, f"{CAPABILITY_NAME_RULE}, like set_light"),
         "capabilityKind": (lambda v: v in ("sensor", "actuator"), "sensor or actuator"),
         "sessionKind": (
             lambda v: v in ("chat", "schedule", "subagent", "triage"),
@@ -492,7 +488,7 @@ def _load(text: str, source: str, problems: list[PolicyFileError] | None) -> Pol
     if profile_node is not None and profile_node.tag != _NULL:
         for key, value in reader.mapping(profile_node, "profile", None).items():
             try:
-                if not (_is_capability(key) or _is_tool(key)):
+                if not (is_capability_name(key) or _is_tool(key)):
                     reader.fail(
                         value,
                         f"profile: {key!r} is neither a capability name (sms_send) nor a tool name "

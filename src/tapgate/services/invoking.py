@@ -25,6 +25,7 @@ from tapgate.domain.ids import new_id
 from tapgate.domain.inbox import may_answer, render_preview, why_asked
 from tapgate.domain.invocations import (
     CONFIRMED_ON_DEVICE,
+    MAX_WAIT_SECONDS,
     TRUST,
     Invocation,
     Status,
@@ -57,7 +58,6 @@ from tapgate.services.handover import Slot
 from tapgate.services.outbox import queue_push
 
 _INVOCATION_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,63}$")
-MAX_WAIT = 300
 
 
 @dataclass(frozen=True, slots=True)
@@ -648,7 +648,7 @@ async def _await_answer(
 ) -> View:
     """Wait on ``answered`` (subscribed before ``known`` was read, if given) for the invocation's end;
     an answer handed over in ``slot`` is taken once the caller has been shown to own the call."""
-    wait = max(0.0, min(float(wait), MAX_WAIT))
+    wait = max(0.0, min(float(wait), MAX_WAIT_SECONDS))
     loop = asyncio.get_running_loop()
     deadline = loop.time() + wait
     owned = known is not None  # the caller wrote it or read it: it is theirs
