@@ -21,6 +21,7 @@ from tapgate.domain.errors import Conflict, InvalidInput
 from tapgate.domain.text import unsafe_character
 
 MAX_WAIT_SECONDS = 300  # the longest any caller may be held waiting for a call's answer
+MAX_POLL_SECONDS = 60  # the longest a long-poll (a device's work, the inbox) is held
 
 STRING_MAX = 4096
 MESSAGE_MAX = 500

@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 from dataclasses import dataclass, field
 
 from tapgate.domain.policy import PolicySet
-from tapgate.flag import Flag
-from tapgate.ports import Clock, Store, Wake, Woken
+from tapgate.ports import Clock, Store, Wake
 from tapgate.services.handover import Handover
 
 
@@ -105,27 +102,3 @@ def outbox_key(tenant_id: str) -> str:
 
 
 TENANTS_KEY = "tenants"  # notified when a tenant is created
-
-
-def wait_slice(ctx: Context, left: float) -> float:
-    """How long one wait may sleep: all that is left, or the poll interval while notifications may be
-    missed."""
-    if ctx.wake.degraded:
-        return max(0.0, min(left, ctx.limits.invocation_poll_seconds))
-    return max(0.0, left)
-
-
-async def sleep_until_woken(ctx: Context, woken: Woken, seconds: float) -> bool:
-    """The one wait of every waiting read: until ``woken`` is set (True) or ``seconds`` have passed
-    (False), and no longer than the poll interval while notifications may be missed (the caller then
-    looks again)."""
-    seconds = wait_slice(ctx, seconds)
-    if isinstance(woken, Flag):  # it times its own wait: nothing more is held while it waits
-        return await woken.wait_for(seconds)
-    # asyncio.timeout, not wait_for: on Python 3.11 wait_for wraps the wait in a task of its own, a
-    # task per waiting request (and per held long-poll, for as long as it is held).
-    with contextlib.suppress(TimeoutError):
-        async with asyncio.timeout(seconds):
-            await woken.wait()
-        return True
-    return False

@@ -51,11 +51,11 @@ from tapgate.services.context import (
     Context,
     device_key,
     invocation_key,
-    sleep_until_woken,
 )
 from tapgate.services.endings import device_online, expire
 from tapgate.services.handover import Slot
 from tapgate.services.outbox import queue_push
+from tapgate.services.waiting import Deadline, sleep_until_woken
 
 _INVOCATION_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,63}$")
 
@@ -648,9 +648,7 @@ async def _await_answer(
 ) -> View:
     """Wait on ``answered`` (subscribed before ``known`` was read, if given) for the invocation's end;
     an answer handed over in ``slot`` is taken once the caller has been shown to own the call."""
-    wait = max(0.0, min(float(wait), MAX_WAIT_SECONDS))
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + wait
+    deadline = Deadline(wait, MAX_WAIT_SECONDS)
     owned = known is not None  # the caller wrote it or read it: it is theirs
     while True:
         if known is not None:
@@ -666,7 +664,7 @@ async def _await_answer(
         now = ctx.clock.now()
         if invocation.due(now):
             return view(await expire(ctx, invocation, now), online)
-        left = deadline - loop.time()
+        left = deadline.left()
         if left <= 0:
             return view(invocation, online)
         until_due = (invocation.expires_at - now).total_seconds()
