@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from enum import StrEnum
-from typing import Any
+from typing import Any, TypeGuard
 
 from tapgate.domain.errors import InvalidInput
 from tapgate.domain.ids import check_slug
@@ -54,7 +54,7 @@ PHONE_ACTIONS = "phone_actions"
 APPROVALS = "approvals"
 
 
-def is_capability_name(value: object) -> bool:
+def is_capability_name(value: object) -> TypeGuard[str]:
     """Whether ``value`` is a capability name (``CAPABILITY_NAME_RULE``)."""
     return (
         isinstance(value, str)
