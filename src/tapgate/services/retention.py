@@ -13,7 +13,6 @@ forward and back) waits at most until then, or until that younger one is old."""
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -59,20 +58,15 @@ async def prune(ctx: Context, events_after: Mapping[str, int] | None = None) -> 
     return Pruned(invocations, events, notices, through)
 
 
-class RetentionSweeper:
+class RetentionSweeper(tasks.Periodic):
     """Prunes once an hour in the background (and once at start)."""
 
     def __init__(self, ctx: Context, every: float = EVERY_SECONDS) -> None:
+        super().__init__(
+            "tapgate-retention", self._round, tasks.every(every), failed="retention prune failed", log=log
+        )
         self._ctx = ctx
-        self._every = every
-        self._task: asyncio.Task[None] | None = None
         self.events_through: Mapping[str, int] = {}  # by tenant, from the last round
-
-    def start(self) -> None:
-        self._task = asyncio.create_task(self._run(), name="tapgate-retention")
-
-    async def close(self) -> None:
-        await tasks.stop(self._task)
 
     async def sweep(self) -> Pruned:
         """One round: erase what became older than the retention period since the last one."""
@@ -80,19 +74,10 @@ class RetentionSweeper:
         self.events_through = pruned.events_through
         return pruned
 
-    async def _run(self) -> None:
-        while True:
-            try:
-                pruned = await self.sweep()
-                if pruned.invocations or pruned.events or pruned.notices:
-                    log.info(
-                        "erased old bodies",
-                        extra={
-                            "invocations": pruned.invocations,
-                            "events": pruned.events,
-                            "notices": pruned.notices,
-                        },
-                    )
-            except Exception as e:  # a failed prune is tried again at the next round
-                log.error("retention prune failed", extra={"error": type(e).__name__})
-            await asyncio.sleep(self._every)
+    async def _round(self) -> None:
+        pruned = await self.sweep()  # one that fails is tried again at the next round
+        if pruned.invocations or pruned.events or pruned.notices:
+            log.info(
+                "erased old bodies",
+                extra={"invocations": pruned.invocations, "events": pruned.events, "notices": pruned.notices},
+            )
