@@ -16,8 +16,8 @@ from typing import Any
 
 from tapgate.domain.approvals import SignBlock
 from tapgate.domain.devices import SMS_SEND, Capability, Device, DeviceStatus, in_words
-from tapgate.domain.errors import Conflict
-from tapgate.domain.shown import PREVIEW_MAX, VALUE_MAX, TooLongToShow
+from tapgate.domain.errors import Conflict, TooLongToShow
+from tapgate.domain.shown import PREVIEW_MAX, VALUE_MAX
 from tapgate.domain.shown import shown as _shown
 
 # No 0/O, 1/I/L, 2/Z, 5/S, 8/B: a code read aloud or across a room is not misread.

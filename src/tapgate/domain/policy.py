@@ -62,7 +62,7 @@ from typing import NoReturn
 import yaml
 
 from tapgate.domain.devices import CAPABILITY_NAME_RULE, is_capability_name
-from tapgate.domain.errors import ConfigurationError
+from tapgate.domain.errors import PolicyFileError
 from tapgate.domain.ids import SLUG
 from tapgate.domain.text import unsafe_character
 
@@ -171,18 +171,6 @@ _SHAPES: Mapping[str, tuple[Callable[[str], bool], str]] = MappingProxyType(
         ),
     }
 )
-
-
-class PolicyFileError(ConfigurationError):
-    """The policies file cannot be used; the server refuses to start with this message."""
-
-    code = "policy_file"
-
-    def __init__(self, source: str, line: int, reason: str) -> None:
-        super().__init__(f"{source} line {line}: {reason}")
-        self.source = source
-        self.line = line
-        self.reason = reason
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

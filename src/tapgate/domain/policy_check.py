@@ -22,11 +22,11 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from tapgate.domain.errors import PolicyFileError
 from tapgate.domain.policy import (
     Comparison,
     Condition,
     Operator,
-    PolicyFileError,
     PolicyRule,
     parse_policies_reporting,
     strictness,

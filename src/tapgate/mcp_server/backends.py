@@ -13,7 +13,7 @@ import httpx
 from anyio.abc import TaskStatus
 
 from tapgate.client import Client, Invocation
-from tapgate.domain.errors import TapgateError
+from tapgate.domain.errors import GatewayUnreachable, TapgateError
 from tapgate.domain.events import TOOLS_CHANGED
 from tapgate.domain.principals import Principal
 from tapgate.domain.tools import ToolFormat
@@ -83,12 +83,6 @@ class LocalBackend:
             else:
                 started = True
                 task_status.started()
-
-
-class GatewayUnreachable(TapgateError):
-    """The gateway behind ``tapgate mcp`` did not answer."""
-
-    code = "gateway_unreachable"
 
 
 @contextlib.contextmanager

@@ -10,7 +10,7 @@ from datetime import datetime, timedelta
 
 from tapgate import faults
 from tapgate.domain.audit import AuditRecord
-from tapgate.domain.errors import Conflict, Gone, NotFound
+from tapgate.domain.errors import AlreadyAnswered, Gone, NotFound
 from tapgate.domain.events import INVOCATION_LATE_REPORT
 from tapgate.domain.invocations import MAX_POLL_SECONDS, Invocation, Status, cut_message, device_status
 from tapgate.flag import Flag
@@ -28,16 +28,6 @@ MAX_FETCH = 50
 class Answered:
     invocation_id: str
     status: Status
-
-
-class AlreadyAnswered(Conflict):
-    """A second answer: 409, carrying the first."""
-
-    def __init__(self, first: Invocation) -> None:
-        super().__init__(
-            f"This invocation was answered already ({first.status.value}); the first answer stands."
-        )
-        self.first = first
 
 
 async def pending(

@@ -13,11 +13,11 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from tapgate import faults
-from tapgate.domain.approvals import Decision, SignatureRefused, signed_text, verify_decision
+from tapgate.domain.approvals import Decision, signed_text, verify_decision
 from tapgate.domain.audit import AuditRecord
 from tapgate.domain.console import CONSOLE_LOGIN, PAUSED_REASON
 from tapgate.domain.devices import Device, DeviceStatus
-from tapgate.domain.errors import Conflict, Forbidden, Gone, InvalidInput, NotFound
+from tapgate.domain.errors import Conflict, Forbidden, Gone, InvalidInput, NotFound, SignatureRefused
 from tapgate.domain.events import APPROVAL_DECIDED
 from tapgate.domain.grant_requests import GRANT
 from tapgate.domain.inbox import Approval, ApprovalStatus, answers

@@ -20,7 +20,14 @@ from tapgate.domain import phone_action
 from tapgate.domain.audit import AuditRecord
 from tapgate.domain.console import PAUSED_REASON
 from tapgate.domain.devices import PHONE_ACTIONS, SMS_SEND, Capability, Device, DeviceStatus
-from tapgate.domain.errors import Conflict, InvalidInput, NotFound
+from tapgate.domain.errors import (
+    Conflict,
+    InvalidInput,
+    NotFound,
+    PhoneActionRefused,
+    SecretRefused,
+    TooLongToShow,
+)
 from tapgate.domain.ids import new_id
 from tapgate.domain.inbox import may_answer, render_preview, why_asked
 from tapgate.domain.invocations import (
@@ -39,9 +46,9 @@ from tapgate.domain.mandates import COVERABLE_HINT
 from tapgate.domain.policy import PolicyDecision, PolicyRequest, Verdict, decide
 from tapgate.domain.principals import Principal, Scope, TokenKind
 from tapgate.domain.push import INVOCATION_PENDING
-from tapgate.domain.secret_scan import SecretRefused, check_outbound
+from tapgate.domain.secret_scan import check_outbound
 from tapgate.domain.sessions import Session, SessionKind
-from tapgate.domain.shown import TOO_LONG, TooLongToShow
+from tapgate.domain.shown import TOO_LONG
 from tapgate.domain.tools import PHONE_ACTION, ToolName, meant
 from tapgate.ports import UnitOfWork, Woken
 from tapgate.services import mandates
@@ -529,7 +536,7 @@ def _checked_input(capability: Capability, arguments: dict[str, Any], device: De
         if capability.name == PHONE_ACTIONS:
             return phone_action.validate(arguments).payload()
         return check_arguments(capability, arguments)
-    except phone_action.PhoneActionRefused as e:
+    except PhoneActionRefused as e:
         raise _deny(e.text, device, capability.name) from None
     except InvalidInput as e:
         raise _deny(e.message, device, capability.name) from None

@@ -22,7 +22,15 @@ from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable
 from datetime import datetime, timedelta
 from typing import Any
 
-from tapgate.domain.errors import Conflict, Gone, InvalidInput, NotFound, StorageError, TapgateError
+from tapgate.domain.errors import (
+    AlreadyAnswered,
+    Conflict,
+    Gone,
+    InvalidInput,
+    NotFound,
+    StorageError,
+    TapgateError,
+)
 from tapgate.domain.frames import (
     REVOKED_FRAME,
     Ack,
@@ -35,7 +43,6 @@ from tapgate.domain.frames import (
 from tapgate.domain.inbox import answers
 from tapgate.flag import Flag
 from tapgate.services import answering, devices
-from tapgate.services.answering import AlreadyAnswered
 from tapgate.services.context import Context, device_key, inbox_key, notices_key
 from tapgate.services.devices import DeviceCaller
 from tapgate.services.links import LiveLinks

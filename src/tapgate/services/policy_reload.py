@@ -23,7 +23,8 @@ from pathlib import Path
 
 from tapgate import tasks
 from tapgate.domain.audit import AuditRecord
-from tapgate.domain.policy import PolicyFileError, parse_policies
+from tapgate.domain.errors import PolicyFileError
+from tapgate.domain.policy import parse_policies
 from tapgate.services.context import Context
 
 log = logging.getLogger(__name__)
