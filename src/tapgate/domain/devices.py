@@ -27,6 +27,10 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any, TypeGuard
 
+from tapgate.domain.capabilities import APPROVALS as APPROVALS
+from tapgate.domain.capabilities import PHONE_ACTIONS as PHONE_ACTIONS
+from tapgate.domain.capabilities import SMS_SEND as SMS_SEND
+from tapgate.domain.capabilities import traits
 from tapgate.domain.errors import InvalidInput
 from tapgate.domain.ids import check_slug
 from tapgate.domain.text import check_display_text
@@ -48,10 +52,6 @@ DEVICE_NAME_MAX = 40
 PUSH_TOKEN_MAX = 4096
 # Brackets and parentheses frame a device in a tool's description: a name may not forge that frame.
 _FRAMING = re.compile(r"[\[\]()]")
-
-SMS_SEND = "sms_send"
-PHONE_ACTIONS = "phone_actions"
-APPROVALS = "approvals"
 
 
 def is_capability_name(value: object) -> TypeGuard[str]:
@@ -139,12 +139,12 @@ class Capability:
     @property
     def device_tool(self) -> bool:
         """Whether an agent sees and calls it as ``device__<id>__<name>`` once granted."""
-        return TRAITS.get(self.name, _TOOL).device_tool
+        return traits(self.name).device_tool
 
     @property
     def agent_facing(self) -> bool:
         """Whether its grant changes what an agent may see or call (a tool, or the session's phone)."""
-        return TRAITS.get(self.name, _TOOL).agent_facing
+        return traits(self.name).agent_facing
 
     def as_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -200,23 +200,6 @@ BUILTINS: dict[str, Capability] = {
 def in_words(name: str) -> str:
     """A snake-case name as the person reads it: ``set_light`` is "Set light"."""
     return name.replace("_", " ").capitalize()
-
-
-@dataclass(frozen=True, slots=True)
-class Traits:
-    """What sets a capability apart besides its text."""
-
-    device_tool: bool = True  # granted, an agent sees and calls it as device__<id>__<name>
-    agent_facing: bool = True  # its grant changes what an agent may see or call
-
-
-_TOOL = Traits()
-# phone_actions is offered as the session tool phone_action, never as a device's tool; approvals is the
-# person's trust in the device: no agent sees or calls it.
-TRAITS: dict[str, Traits] = {
-    PHONE_ACTIONS: Traits(device_tool=False),
-    APPROVALS: Traits(device_tool=False, agent_facing=False),
-}
 
 
 @dataclass(frozen=True, slots=True)

@@ -46,7 +46,6 @@ class Status(StrEnum):
 
 OPEN = (Status.PENDING.value, Status.AWAITING_APPROVAL.value)
 # Capabilities whose every call puts a card in front of the person (their tap is the confirmation).
-CONFIRMED_ON_DEVICE = ("sms_send", "phone_actions")
 # What a device may answer; sent and cancelled are the compose sheet's words for done and declined.
 DEVICE_ANSWERS = {
     "done": Status.DONE,
@@ -198,13 +197,14 @@ _SMS = {
     "they ask.",
     Status.FAILED: "device error: the phone could not open the message.",
 }
+_ANSWERS = {SMS_SEND: _SMS}  # a capability's own texts for the agent, where it has them
 
 
 def result_text(capability: str, status: Status, message: str | None) -> str:
     """What the agent reads for a device's answer (phone_action has its own texts)."""
     if status is Status.EXPIRED:
         return f"{OFFLINE}: the device did not answer in time; it may be offline."
-    base = (_SMS if capability == SMS_SEND else _GENERIC)[status]
+    base = _ANSWERS.get(capability, _GENERIC)[status]
     if message is None:
         return base
     if status is Status.FAILED:

@@ -24,6 +24,7 @@ from enum import StrEnum
 from typing import Any
 
 from tapgate.domain.approvals import canonical_json
+from tapgate.domain.capabilities import traits
 from tapgate.domain.devices import Capability, ParamType
 from tapgate.domain.errors import BoundsRefused, Conflict, InvalidInput, TooLongToShow
 from tapgate.domain.shown import PREVIEW_MAX, shown
@@ -393,7 +394,7 @@ def canonical_bytes(mandate: Mandate) -> bytes:
 
 def _tool_words(name: str, tools: Mapping[str, tuple[str, Capability]]) -> str:
     device, capability = tools[name]
-    what = "send SMS" if capability.name == "sms_send" else f"use {capability.name}"
+    what = traits(capability.name).mandate_words or f"use {capability.name}"
     return f"{what} on {device}"
 
 

@@ -61,6 +61,7 @@ from typing import NoReturn
 
 import yaml
 
+from tapgate.domain.capabilities import MESSAGES, TRAITS
 from tapgate.domain.devices import CAPABILITY_NAME_RULE, is_capability_name
 from tapgate.domain.errors import PolicyFileError
 from tapgate.domain.ids import SLUG
@@ -104,8 +105,6 @@ PROFILE_PREFIX = "profile:"
 _RESERVED_PREFIXES = ("tapgate:", PROFILE_PREFIX)
 
 _ACTIONS = (DEVICE_USE,)
-# The session tool phone_action is served by the capability a phone declares as phone_actions (DESIGN §4.3).
-_MESSAGES = frozenset({"sms_send", "phone_action", "phone_actions"})
 _DEVICE_TOOL = re.compile(r"device__[a-z0-9]+(?:_[a-z0-9]+)*__[a-z][a-z0-9]*(?:_[a-z0-9]+)*")
 _STR = "tag:yaml.org,2002:str"
 _NULL = "tag:yaml.org,2002:null"
@@ -121,8 +120,9 @@ class Verdict(StrEnum):
 _STRICTNESS = {Verdict.ALLOW: 0, Verdict.ASK: 1, Verdict.BLOCK: 2}
 _DECISIONS = {"allow": Verdict.ALLOW, "require_approval": Verdict.ASK, "block": Verdict.BLOCK}
 
+# What the person finishes on their own screen needs no approval besides: they read it there and act.
 DEFAULT_PROFILE: Mapping[str, Verdict] = MappingProxyType(
-    {"sms_send": Verdict.ALLOW, "phone_action": Verdict.ALLOW}
+    {t.session_tool or name: Verdict.ALLOW for name, t in TRAITS.items() if t.confirmed_on_screen}
 )
 
 
@@ -190,8 +190,8 @@ class PolicyRequest:
 
     @property
     def consequential(self) -> bool:
-        """It moves something (an actuator) or sends a message (sms_send, phone_action)."""
-        return self.capability_kind == "actuator" or self.capability in _MESSAGES or self.tool in _MESSAGES
+        """It moves something (an actuator) or sends a message (``capabilities.MESSAGES``)."""
+        return self.capability_kind == "actuator" or self.capability in MESSAGES or self.tool in MESSAGES
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,8 +18,9 @@ from typing import Any
 from tapgate import faults
 from tapgate.domain import phone_action
 from tapgate.domain.audit import AuditRecord
+from tapgate.domain.capabilities import traits
 from tapgate.domain.console import PAUSED_REASON
-from tapgate.domain.devices import PHONE_ACTIONS, SMS_SEND, Capability, Device, DeviceStatus
+from tapgate.domain.devices import PHONE_ACTIONS, Capability, Device, DeviceStatus
 from tapgate.domain.errors import (
     Conflict,
     InvalidInput,
@@ -31,7 +32,6 @@ from tapgate.domain.errors import (
 from tapgate.domain.ids import new_id
 from tapgate.domain.inbox import may_answer, render_preview, why_asked
 from tapgate.domain.invocations import (
-    CONFIRMED_ON_DEVICE,
     MAX_WAIT_SECONDS,
     TRUST,
     Invocation,
@@ -351,7 +351,7 @@ async def _chain(
         await _check_paused_agent(uow, caller, device, capability, now)
         used = await mandates.cover(uow, caller.user_id, caller.agent_id or "", call.tool, payload, now)
         ask = used is None
-    if ask or capability.name in CONFIRMED_ON_DEVICE:
+    if ask or traits(capability.name).confirmed_on_screen:
         await _check_fatigue(ctx, uow, caller, device, capability, now, agent_checked=coverable)
     if ask:
         try:
@@ -589,7 +589,7 @@ def timeout_for(ctx: Context, capability: Capability, device: Device, now: datet
 def _timeout(ctx: Context, capability: Capability, device: Device, now: datetime) -> timedelta:
     if capability.name == PHONE_ACTIONS:
         return timedelta(seconds=phone_action.catalogue().wait_seconds)
-    person_acts = capability.name == SMS_SEND or capability.confirm
+    person_acts = traits(capability.name).confirmed_on_screen or capability.confirm
     if not person_acts and device.link_until is not None and device.link_until > now:
         return timedelta(seconds=ctx.limits.device_call_timeout_seconds)
     return timedelta(seconds=ctx.limits.invocation_timeout_seconds)

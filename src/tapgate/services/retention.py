@@ -19,12 +19,11 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 
 from tapgate import tasks
-from tapgate.domain.devices import PHONE_ACTIONS
+from tapgate.domain.capabilities import MESSAGE_CAPABILITIES
 from tapgate.domain.events import INGEST_MESSAGE
 from tapgate.services.context import Context
 
 log = logging.getLogger(__name__)
-TEXT_CAPABILITIES = ("sms_send", PHONE_ACTIONS)
 FIELDS = ("body", "sender")  # what a forwarded message holds of what was said, and by whom
 EVERY_SECONDS = 3600.0
 
@@ -52,8 +51,8 @@ async def prune(ctx: Context, events_after: Mapping[str, int] | None = None) -> 
             # and must not wait while this transaction holds rows a writer holding the head may need.
             erased, through[tenant_id] = await uow.events.erase_bodies(INGEST_MESSAGE, FIELDS, before, after)
             events += erased
-            invocations += await uow.invocations.erase_texts(before, TEXT_CAPABILITIES)
-            invocations += await uow.approvals.erase_texts(before, TEXT_CAPABILITIES)
+            invocations += await uow.invocations.erase_texts(before, MESSAGE_CAPABILITIES)
+            invocations += await uow.approvals.erase_texts(before, MESSAGE_CAPABILITIES)
             notices += await uow.outbox.expire_held(notices_before)
     return Pruned(invocations, events, notices, through)
 

@@ -13,9 +13,10 @@ from typing import Any
 from sqlalchemy import bindparam, func, literal_column, or_, select, update
 
 from tapgate.adapters.store import tables as t
+from tapgate.domain.capabilities import CONFIRMED_ON_SCREEN
 from tapgate.domain.devices import DeviceStatus
 from tapgate.domain.inbox import ApprovalStatus
-from tapgate.domain.invocations import CONFIRMED_ON_DEVICE, OPEN, Status
+from tapgate.domain.invocations import OPEN, Status
 
 _tenant: Any = bindparam("tenant")
 _cred = t.credentials.c
@@ -184,7 +185,7 @@ COUNT_CONFIRMING = select(func.count()).where(
     ),
     _inv.user_id == bindparam("user"),
     _inv.status == Status.PENDING.value,
-    _inv.capability.in_(CONFIRMED_ON_DEVICE),
+    _inv.capability.in_(CONFIRMED_ON_SCREEN),
 )
 
 # The tenant's chain head: the journal's last number and hash, the last event number, and whether
