@@ -36,7 +36,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from tapgate.relay import DeliveryCache, RelayVerificationError, verify
+from tapgate.domain.errors import RelayVerificationError
+from tapgate.relay import DeliveryCache, verify
 
 SLOW = 30.0  # the slow fakes stay slow until the sender gives up (this bounds a fake nobody left)
 FCM_SCOPE = "https://www.googleapis.com/auth/firebase.messaging"

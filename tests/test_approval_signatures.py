@@ -27,7 +27,6 @@ from hypothesis import strategies as st
 from tapgate.domain.approvals import (
     APPROVAL_FORMAT,
     PrivateKey,
-    SignatureRefused,
     action_sha256,
     canonical_json,
     new_sign_block,
@@ -36,9 +35,9 @@ from tapgate.domain.approvals import (
     signed_text,
     verify_decision,
 )
-from tapgate.domain.errors import Forbidden, InvalidInput
+from tapgate.domain.errors import Forbidden, InvalidInput, SignatureRefused, VectorsError
 from tapgate.domain.keys import KeyAlgorithm, canonical_public_key
-from tapgate.domain.vectors import VectorsError, check_vectors, generate_vectors
+from tapgate.domain.vectors import check_vectors, generate_vectors
 
 VECTORS_FILE = Path(__file__).parent / "data" / "test-vectors.json"
 P256_ORDER = 0xFFFFFFFF00000000FFFFFFFFFFFFFFFFBCE6FAADA7179E84F3B9CAC2FC632551

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from tapgate.domain.audit import GENESIS, AuditRecord, BrokenChain, chain_entry, verify_chain
+from tapgate.domain.audit import GENESIS, AuditRecord, chain_entry, verify_chain
+from tapgate.domain.errors import BrokenChain
 
 AT = datetime(2026, 5, 1, tzinfo=UTC)
 

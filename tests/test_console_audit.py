@@ -11,7 +11,7 @@ import pytest
 
 from tapgate.adapters.clock import FrozenClock
 from tapgate.config import Settings
-from tapgate.domain.audit import BrokenChain
+from tapgate.domain.errors import BrokenChain
 from tests.conftest import asgi_client
 from tests.world import World, bearer, device_body
 

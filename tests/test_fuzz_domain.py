@@ -12,9 +12,9 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from tapgate.domain.approvals import SignatureRefused, signed_text, verify_decision
+from tapgate.domain.approvals import signed_text, verify_decision
 from tapgate.domain.devices import parse_manifest
-from tapgate.domain.errors import InvalidInput, TapgateError
+from tapgate.domain.errors import InvalidInput, SignatureRefused, TapgateError
 from tapgate.domain.frames import DeviceAuth, DeviceEvent, DeviceResult, parse_frame
 from tapgate.domain.invocations import device_status
 from tapgate.domain.text import check_display_text

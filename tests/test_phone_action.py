@@ -15,9 +15,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tapgate.domain.errors import TapgateError
+from tapgate.domain.errors import PhoneActionRefused, TapgateError
 from tapgate.domain.phone_action import (
-    PhoneActionRefused,
     catalogue,
     cut_message,
     is_available,

@@ -12,14 +12,13 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tapgate.domain.errors import ConfigurationError
+from tapgate.domain.errors import ConfigurationError, PolicyFileError
 from tapgate.domain.policy import (
     DEFAULT_PROFILE,
     FIELDS,
     Comparison,
     Operator,
     PolicyDecision,
-    PolicyFileError,
     PolicyRequest,
     PolicySet,
     Verdict,

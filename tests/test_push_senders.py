@@ -25,15 +25,14 @@ from tapgate.adapters.push import ApnsSender, FcmSender, PushRouter, RelaySender
 from tapgate.adapters.push.apns import apns_id
 from tapgate.adapters.push.relay import NOTE
 from tapgate.domain.devices import PushTarget
-from tapgate.domain.errors import ConfigurationError
-from tapgate.domain.push import PushFailed, PushMessage, SubscriptionGone
+from tapgate.domain.errors import ConfigurationError, PushFailed, RelayVerificationError, SubscriptionGone
+from tapgate.domain.push import PushMessage
 from tapgate.relay import (
     DELIVERY_HEADER,
     EVENT_HEADER,
     SIGNATURE_HEADER,
     TIMESTAMP_HEADER,
     DeliveryCache,
-    RelayVerificationError,
     sign,
     verify,
 )

@@ -20,8 +20,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tapgate.domain.errors import Forbidden, TapgateError
-from tapgate.domain.secret_scan import SecretFinding, SecretRefused, check_outbound, scan
+from tapgate.domain.errors import Forbidden, SecretRefused, TapgateError
+from tapgate.domain.secret_scan import SecretFinding, check_outbound, scan
 
 DATA = Path(__file__).parent / "data"
 CORPUS = json.loads((DATA / "secret_corpus.json").read_text(encoding="utf-8"))

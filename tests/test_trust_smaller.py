@@ -16,10 +16,9 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from tapgate.adapters.clock import FrozenClock
 from tapgate.adapters.push.webpush import DEFAULT_HOSTS, WebPushSender, push_host_allowed
 from tapgate.config import Settings
-from tapgate.domain.errors import InvalidInput
+from tapgate.domain.errors import InvalidInput, PushFailed, SecretRefused
 from tapgate.domain.notices import check_notice
-from tapgate.domain.push import PushFailed
-from tapgate.domain.secret_scan import SecretRefused, check_outbound, scan
+from tapgate.domain.secret_scan import check_outbound, scan
 from tests.conftest import asgi_client, tenant_name
 from tests.pushfakes import new_accounts
 from tests.test_push_senders import message as push_message

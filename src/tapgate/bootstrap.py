@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 
 
 def limits_from(settings: Settings) -> Limits:
-    """Every limit is a setting of the same name: the settings are the one place they are declared."""
+    """Every limit is a setting of the same name, with ``Limits``' own default."""
     values = {f.name: getattr(settings, f.name) for f in fields(Limits)}
     values["push_retry_seconds"] = tuple(values["push_retry_seconds"])
     return Limits(**values)

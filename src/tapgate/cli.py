@@ -23,9 +23,9 @@ from tapgate.cli_console import console_app
 from tapgate.cli_tls import tls_app
 from tapgate.device.cli import CaFileOption, device_app
 from tapgate.domain.accounts import ListedToken
-from tapgate.domain.audit import BrokenChain
 from tapgate.domain.console import CONSOLE_SESSION
-from tapgate.domain.errors import ConfigurationError, TapgateError
+from tapgate.domain.errors import BrokenChain, ConfigurationError, TapgateError
+from tapgate.domain.invocations import MAX_WAIT_SECONDS
 from tapgate.domain.principals import Principal, TokenKind
 from tapgate.mandate_commands import mandate_app
 from tapgate.operator_commands import register as register_operator_commands
@@ -104,10 +104,10 @@ def fail(message: str) -> typer.Exit:
 def _run(work: Callable[[], Awaitable[T]]) -> T:
     try:
         return asyncio.run(work())  # type: ignore[arg-type]
-    except TapgateError as e:
-        raise fail(e.message) from None
     except BrokenChain as e:
         raise fail(f"The audit journal is broken: {e}.") from None
+    except TapgateError as e:
+        raise fail(e.message) from None
 
 
 def _settings(config: str | None):  # type: ignore[no-untyped-def]
@@ -666,7 +666,8 @@ def mcp_stdio(
         typer.Option("--session", help="A session id: its phone_action tool, and its origin for policy."),
     ] = None,
     wait: Annotated[
-        float, typer.Option(min=0, max=300, help="Seconds a tool call waits for the device's answer.")
+        float,
+        typer.Option(min=0, max=MAX_WAIT_SECONDS, help="Seconds a tool call waits for the device's answer."),
     ] = 60.0,
     ca_file: CaFileOption = None,
 ) -> None:

@@ -19,11 +19,14 @@ from pydantic_settings import (
 )
 
 from tapgate.domain.errors import ConfigurationError
+from tapgate.domain.invocations import MAX_WAIT_SECONDS
+from tapgate.services.context import Limits
 from tapgate.validation_messages import sentence
 
 DEFAULT_FILE = "tapgate.toml"
 WAKES = ("local", "postgres", "nats")
 PUBLIC_URL_MAX = 200  # an audit entry's subject and ids hold at most this
+LIMITS = Limits()  # the defaults of the settings that become the gateway's limits, defined there once
 
 
 class WebPushSettings(BaseModel):
@@ -104,37 +107,41 @@ class Settings(BaseSettings):
     # with tls_cert: plain HTTP on this port serves the /tls page and redirects the rest to https (0: off)
     http_port: int = Field(8080, ge=0, le=65535)
     policies_file: str = ""
-    invocation_timeout_seconds: int = Field(300, ge=1, le=86_400)
-    device_call_timeout_seconds: int = Field(10, ge=1, le=600)
-    ingest_daily_cap: int = Field(500, ge=0, le=1_000_000)
-    approval_sign_ttl_seconds: int = Field(3600, ge=30, le=86_400)
-    max_devices_per_user: int = Field(10, ge=1, le=1000)
-    max_open_confirmations: int = Field(5, ge=1, le=1000)
-    invocation_poll_seconds: float = Field(2, gt=0, le=60)
-    live_ack_seconds: float = Field(1.0, ge=0, le=60)
+    invocation_timeout_seconds: int = Field(LIMITS.invocation_timeout_seconds, ge=1, le=86_400)
+    device_call_timeout_seconds: int = Field(LIMITS.device_call_timeout_seconds, ge=1, le=600)
+    ingest_daily_cap: int = Field(LIMITS.ingest_daily_cap, ge=0, le=1_000_000)
+    approval_sign_ttl_seconds: int = Field(LIMITS.approval_sign_ttl_seconds, ge=30, le=86_400)
+    max_devices_per_user: int = Field(LIMITS.max_devices_per_user, ge=1, le=1000)
+    max_open_confirmations: int = Field(LIMITS.max_open_confirmations, ge=1, le=1000)
+    invocation_poll_seconds: float = Field(LIMITS.invocation_poll_seconds, gt=0, le=60)
+    live_ack_seconds: float = Field(LIMITS.live_ack_seconds, ge=0, le=60)
     # How long `tapgate serve` keeps an idle HTTP connection open for the next request (uvicorn's
     # timeout_keep_alive). Above the 5 s after which httpx clients drop an idle connection themselves
     # (uvicorn's own default is also 5: the two raced, and a request met a connection as the server
     # closed it); tapgate's clients also send such a request once more (tapgate.dropped).
     keep_alive_seconds: float = Field(10, ge=0, le=300)
-    redelivery_seconds: float = Field(30.0, ge=0, le=3600)
-    triage_idle_seconds: int = Field(3600, ge=60, le=7 * 86_400)
-    not_me_cooldown_seconds: int = Field(1200, ge=0, le=7 * 86_400)
-    require_device_signature: bool = False
-    require_user_verification: bool = False
-    notice_text: bool = False
-    notice_life_seconds: int = Field(86_400, ge=60, le=30 * 86_400)  # a notice waits for a link this long
+    redelivery_seconds: float = Field(LIMITS.redelivery_seconds, ge=0, le=3600)
+    triage_idle_seconds: int = Field(LIMITS.triage_idle_seconds, ge=60, le=7 * 86_400)
+    not_me_cooldown_seconds: int = Field(LIMITS.not_me_cooldown_seconds, ge=0, le=7 * 86_400)
+    require_device_signature: bool = LIMITS.require_device_signature
+    require_user_verification: bool = LIMITS.require_user_verification
+    notice_text: bool = LIMITS.notice_text
+    notice_life_seconds: int = Field(
+        LIMITS.notice_life_seconds, ge=60, le=30 * 86_400
+    )  # a notice waits for a link this long
     relay_secret: str = ""
     push_relays: dict[str, str] = Field(default_factory=dict)
     webpush: WebPushSettings = Field(default_factory=WebPushSettings)
     apns: ApnsSettings = Field(default_factory=ApnsSettings)
     fcm: FcmSettings = Field(default_factory=FcmSettings)
-    push_cap: int = Field(10, ge=1, le=10_000)  # pushes per user per push_window_seconds
-    push_window_seconds: int = Field(600, ge=1, le=86_400)
-    push_coalesce_seconds: float = Field(5.0, ge=0, le=600)
-    push_retry_seconds: list[float] = Field(default_factory=lambda: [2.0, 10.0], max_length=10)
-    push_lease_seconds: float = Field(60.0, ge=1, le=3600)
-    push_sweep_seconds: float = Field(5.0, gt=0, le=600)
+    push_cap: int = Field(LIMITS.push_cap, ge=1, le=10_000)  # pushes per user per push_window_seconds
+    push_window_seconds: int = Field(LIMITS.push_window_seconds, ge=1, le=86_400)
+    push_coalesce_seconds: float = Field(LIMITS.push_coalesce_seconds, ge=0, le=600)
+    push_retry_seconds: list[float] = Field(
+        default_factory=lambda: list(LIMITS.push_retry_seconds), max_length=10
+    )
+    push_lease_seconds: float = Field(LIMITS.push_lease_seconds, ge=1, le=3600)
+    push_sweep_seconds: float = Field(LIMITS.push_sweep_seconds, gt=0, le=600)
     max_body_bytes: int = Field(65_536, ge=1024, le=16 * 1024 * 1024)
     # Bounded resources (DESIGN §15): a request's head, how long it may take, a WebSocket frame, and the
     # streams (long-polls, event streams, device links) one token may hold open at once in a process.
@@ -146,10 +153,16 @@ class Settings(BaseSettings):
     # a process holds at most max_connections connections (HTTP and WebSocket), the next gets 503.
     body_timeout_seconds: float = Field(30.0, gt=0, le=3600)
     max_connections: int = Field(10_000, ge=1, le=1_000_000)
-    retention_days: int = Field(30, ge=1, le=36_500)  # message bodies are erased after this many days
-    console_agent_token_days: int = Field(90, ge=1, le=3650)  # an agent token made in the console expires
-    console_sign_ins_per_address: int = Field(20, ge=1, le=10_000)  # open console sign-ins per address
-    mcp_wait_seconds: float = Field(60, ge=0, le=300)
+    retention_days: int = Field(
+        LIMITS.retention_days, ge=1, le=36_500
+    )  # message bodies are erased after this many days
+    console_agent_token_days: int = Field(
+        LIMITS.console_agent_token_days, ge=1, le=3650
+    )  # an agent token made in the console expires
+    console_sign_ins_per_address: int = Field(
+        LIMITS.console_sign_ins_per_address, ge=1, le=10_000
+    )  # open console sign-ins per address
+    mcp_wait_seconds: float = Field(60, ge=0, le=MAX_WAIT_SECONDS)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     # How a change committed by one gateway process wakes the waiters of the others (DESIGN §17): "local"
     # (one process), "postgres" (LISTEN/NOTIFY) or "nats" (a NATS broker at nats_url). Empty: local on

@@ -113,6 +113,13 @@ class Gateway:
         self.verified = journal.VerifiedMarks()  # how far each tenant's chain is verified, for the console
         self.hands = HandedCalls(self.ctx)  # when the long-poll handed each call, written in batches
         self._pusher = PushWorker(self.ctx, push) if device_channel and push is not None else None
+        # Every background worker, each started and closed the same way; those after ``_always`` run
+        # only with the device channel on.
+        self._workers: list[Background] = [*self._background, self._usage]
+        self._always = len(self._workers)
+        self._workers += [self._sweeper, self._retention, self.links, self.hands]
+        if self._pusher is not None:
+            self._workers.append(self._pusher)
 
     @property
     def store(self) -> Store:
@@ -138,27 +145,14 @@ class Gateway:
     async def start(self) -> None:
         """Start the process's background work: notifications from other processes, the expiry sweep,
         the push worker."""
-        for service in self._background:
-            await service.start()
-        await self._usage.start()
-        if self.device_channel:
-            self._sweeper.start()
-            self._retention.start()
-            self.links.start()
-            self.hands.start()
-        if self._pusher is not None:
-            await self._pusher.start()
+        for worker in self._workers if self.device_channel else self._workers[: self._always]:
+            await worker.start()
 
     async def close(self) -> None:
-        await self._usage.close()
-        await self._retention.close()
-        await self._sweeper.close()
-        await self.links.close()
-        await self.hands.close()
-        if self._pusher is not None:
-            await self._pusher.close()
-        for service in reversed(self._background):
-            await service.close()
+        """Stop the background work, the last started first, then close the store. A worker closes
+        whether or not it was started: token uses and handed calls noted meanwhile are written then."""
+        for worker in reversed(self._workers):
+            await worker.close()
         await self.store.close()
 
     async def ready(self) -> None:

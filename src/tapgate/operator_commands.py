@@ -18,8 +18,8 @@ import typer
 
 from tapgate.device.cli import CaFileOption
 from tapgate.domain.devices import APPROVALS, Device
-from tapgate.domain.errors import ConfigurationError, InvalidInput, TapgateError
-from tapgate.domain.pairing import ComparisonMismatch, PairingStatus
+from tapgate.domain.errors import ComparisonMismatch, ConfigurationError, InvalidInput, TapgateError
+from tapgate.domain.pairing import PairingStatus
 from tapgate.domain.principals import Principal, TokenKind
 
 if TYPE_CHECKING:

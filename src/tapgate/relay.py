@@ -40,7 +40,7 @@ from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
 
-from tapgate.domain.errors import TapgateError
+from tapgate.domain.errors import RelayVerificationError
 
 __all__ = [
     "DELIVERY_HEADER",
@@ -61,17 +61,6 @@ SIGNATURE_HEADER = "x-tapgate-signature"
 TOLERANCE_SECONDS = 300
 _PREFIX = "sha256="
 _MAX_DIGITS = 12
-
-
-class RelayVerificationError(TapgateError):
-    """The message is refused. ``reason`` is one of: ``missing_header``, ``bad_timestamp``,
-    ``bad_signature``, ``stale``, ``future``, ``replayed``, ``bad_body``."""
-
-    code = "relay_verification_failed"
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(f"The relay message is refused: {reason}.")
-        self.reason = reason
 
 
 class DeliveryCache:

@@ -15,8 +15,7 @@ from uvicorn.supervisors import Multiprocess
 
 from tapgate.bootstrap import load_policies
 from tapgate.config import load_settings
-from tapgate.domain.errors import ConfigurationError
-from tapgate.domain.policy import PolicyFileError
+from tapgate.domain.errors import ConfigurationError, PolicyFileError
 
 log = logging.getLogger("tapgate.serve")
 

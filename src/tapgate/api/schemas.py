@@ -7,6 +7,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 
+from tapgate.domain.invocations import MAX_WAIT_SECONDS
+
 
 class Request(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
@@ -272,7 +274,9 @@ class InvocationBody(Request):
     run_id: str | None = Field(None, max_length=100)
     origin: Literal["owner", "untrusted"] = "owner"
     shadow: bool = False
-    wait: float = Field(0, ge=0, le=300, description="Seconds to hold the request for the answer")
+    wait: float = Field(
+        0, ge=0, le=MAX_WAIT_SECONDS, description="Seconds to hold the request for the answer"
+    )
     if_offline: Literal["wait", "fail"] = Field(
         "wait", description="fail: answer unavailable at once when the device is offline"
     )

@@ -30,8 +30,9 @@ from tapgate.device.reaching import unreachable
 from tapgate.device.signing import CannotSign, decision_body
 from tapgate.device.state import DEFAULT_STATE, PhoneState, StateError, parse_pairing_link
 from tapgate.domain.approvals import Decision, PrivateKey
+from tapgate.domain.errors import VectorsError
 from tapgate.domain.keys import KeyAlgorithm
-from tapgate.domain.vectors import VectorsError, check_vectors
+from tapgate.domain.vectors import check_vectors
 from tapgate.dropped import RetryDropped
 from tapgate.trust import CA_FILE_ENV, UnreadableCaFile, trust, untrusted_line
 

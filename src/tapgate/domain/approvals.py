@@ -36,7 +36,7 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519
 from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature, encode_dss_signature
 
-from tapgate.domain.errors import Forbidden, InvalidInput
+from tapgate.domain.errors import InvalidInput, SignatureRefused
 from tapgate.domain.keys import KeyAlgorithm, PublicKey, load_public_key
 from tapgate.domain.text import unsafe_character
 
@@ -72,18 +72,6 @@ _P256_ORDER_BYTES = 32
 class Decision(StrEnum):
     APPROVED = "approved"
     DENIED = "denied"
-
-
-class SignatureRefused(Forbidden):
-    """A signature that does not verify. The client gets one message whatever the reason; ``detail``
-    ("bad signature", "malformed DER", "wrong length", …) is for the audit journal only."""
-
-    code = "signature_refused"
-    MESSAGE = "The signature does not verify for this approval and decision."
-
-    def __init__(self, detail: str) -> None:
-        super().__init__(self.MESSAGE)
-        self.detail = detail
 
 
 def canonical_json(obj: object) -> bytes:

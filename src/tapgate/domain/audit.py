@@ -12,6 +12,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from tapgate.domain.errors import BrokenChain
+
 GENESIS = "0" * 64
 
 AuditValue = str | int | bool | None
@@ -56,15 +58,6 @@ class AuditEntry:
             "prev_hash": self.prev_hash,
             "hash": self.hash,
         }
-
-
-class BrokenChain(Exception):
-    """The journal of a tenant does not verify; ``seq`` is the first entry that fails."""
-
-    def __init__(self, tenant_id: str, seq: int, why: str) -> None:
-        super().__init__(f"tenant {tenant_id}: audit entry {seq} {why}")
-        self.tenant_id = tenant_id
-        self.seq = seq
 
 
 def check_record(record: AuditRecord) -> None:

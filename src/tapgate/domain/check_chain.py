@@ -16,10 +16,11 @@ from datetime import datetime
 from typing import Any
 
 from tapgate.domain import phone_action
+from tapgate.domain.capabilities import traits
 from tapgate.domain.console import PAUSED_REASON
 from tapgate.domain.devices import PHONE_ACTIONS, Capability, Device, DeviceStatus
 from tapgate.domain.errors import InvalidInput
-from tapgate.domain.invocations import CONFIRMED_ON_DEVICE, Status, check_arguments, check_string, strings_in
+from tapgate.domain.invocations import Status, check_arguments, check_string, strings_in
 from tapgate.domain.mandates import Mandate, first_covering
 from tapgate.domain.policy import PolicyDecision, PolicyRequest, PolicySet, Verdict, decide
 from tapgate.domain.secret_scan import SecretRefused, check_outbound
@@ -288,7 +289,7 @@ def how_asked(passed: Passed, shadow: bool) -> Asked:
     name = passed.capability.name
     ask = passed.decision.verdict is Verdict.ASK or passed.capability.confirm
     coverable = ask and passed.origin == "owner" and not shadow and name != PHONE_ACTIONS
-    return Asked(ask, coverable, ask or name in CONFIRMED_ON_DEVICE)
+    return Asked(ask, coverable, ask or traits(name).confirmed_on_screen)
 
 
 def paused_agent(passed: Passed, until: datetime | None, now: datetime) -> None:

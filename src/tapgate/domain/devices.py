@@ -25,15 +25,22 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from enum import StrEnum
-from typing import Any
+from typing import Any, TypeGuard
 
+from tapgate.domain.capabilities import APPROVALS as APPROVALS
+from tapgate.domain.capabilities import PHONE_ACTIONS as PHONE_ACTIONS
+from tapgate.domain.capabilities import SMS_SEND as SMS_SEND
+from tapgate.domain.capabilities import traits
 from tapgate.domain.errors import InvalidInput
 from tapgate.domain.ids import check_slug
 from tapgate.domain.text import check_display_text
 
 DEVICE_ID_MAX = 24
+# The one rule for a capability's name, wherever one is given: a manifest, a policy rule, a grant, a
+# session's message capabilities, the CLI. A parameter's name follows it too.
 CAPABILITY_NAME = re.compile(r"^[a-z][a-z0-9]*(_[a-z0-9]+)*$")
 CAPABILITY_NAME_MAX = 30
+CAPABILITY_NAME_RULE = f"lower snake case without '__', at most {CAPABILITY_NAME_MAX} characters"
 MAX_CAPABILITIES = 32
 MAX_PARAMS = 16
 MAX_ENUM = 32
@@ -46,9 +53,14 @@ PUSH_TOKEN_MAX = 4096
 # Brackets and parentheses frame a device in a tool's description: a name may not forge that frame.
 _FRAMING = re.compile(r"[\[\]()]")
 
-SMS_SEND = "sms_send"
-PHONE_ACTIONS = "phone_actions"
-APPROVALS = "approvals"
+
+def is_capability_name(value: object) -> TypeGuard[str]:
+    """Whether ``value`` is a capability name (``CAPABILITY_NAME_RULE``)."""
+    return (
+        isinstance(value, str)
+        and len(value) <= CAPABILITY_NAME_MAX
+        and CAPABILITY_NAME.fullmatch(value) is not None
+    )
 
 
 class CapabilityKind(StrEnum):
@@ -127,12 +139,12 @@ class Capability:
     @property
     def device_tool(self) -> bool:
         """Whether an agent sees and calls it as ``device__<id>__<name>`` once granted."""
-        return TRAITS.get(self.name, _TOOL).device_tool
+        return traits(self.name).device_tool
 
     @property
     def agent_facing(self) -> bool:
         """Whether its grant changes what an agent may see or call (a tool, or the session's phone)."""
-        return TRAITS.get(self.name, _TOOL).agent_facing
+        return traits(self.name).agent_facing
 
     def as_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -188,23 +200,6 @@ BUILTINS: dict[str, Capability] = {
 def in_words(name: str) -> str:
     """A snake-case name as the person reads it: ``set_light`` is "Set light"."""
     return name.replace("_", " ").capitalize()
-
-
-@dataclass(frozen=True, slots=True)
-class Traits:
-    """What sets a capability apart besides its text."""
-
-    device_tool: bool = True  # granted, an agent sees and calls it as device__<id>__<name>
-    agent_facing: bool = True  # its grant changes what an agent may see or call
-
-
-_TOOL = Traits()
-# phone_actions is offered as the session tool phone_action, never as a device's tool; approvals is the
-# person's trust in the device: no agent sees or calls it.
-TRAITS: dict[str, Traits] = {
-    PHONE_ACTIONS: Traits(device_tool=False),
-    APPROVALS: Traits(device_tool=False, agent_facing=False),
-}
 
 
 @dataclass(frozen=True, slots=True)
@@ -348,10 +343,8 @@ def _flag(entry: Mapping[str, Any], key: str, where: str) -> bool:
 
 
 def _param(name: object, spec: object, where: str) -> Param:
-    if not isinstance(name, str) or not CAPABILITY_NAME.fullmatch(name) or len(name) > CAPABILITY_NAME_MAX:
-        raise InvalidInput(
-            where, f"{where}: parameter names are lower snake case, at most {CAPABILITY_NAME_MAX} characters."
-        )
+    if not is_capability_name(name):
+        raise InvalidInput(where, f"{where}: parameter names are {CAPABILITY_NAME_RULE}.")
     at = f"{where}.{name}"
     if not isinstance(spec, Mapping):
         raise InvalidInput(at, f"{at} must be an object with a 'type'.")
@@ -406,11 +399,8 @@ def parse_capability(entry: object, where: str, allow_granted: bool = False) -> 
         key = sorted(unknown)[0]
         raise InvalidInput(f"{where}.{key}", f"{where}.{key} is not a capability key.")
     name = entry.get("name")
-    if not isinstance(name, str) or not CAPABILITY_NAME.fullmatch(name) or len(name) > CAPABILITY_NAME_MAX:
-        raise InvalidInput(
-            f"{where}.name",
-            f"{where}.name must be lower snake case without '__', at most {CAPABILITY_NAME_MAX} characters.",
-        )
+    if not is_capability_name(name):
+        raise InvalidInput(f"{where}.name", f"{where}.name must be {CAPABILITY_NAME_RULE}.")
     granted = _flag(entry, "granted", where) if allow_granted else False
     if name in BUILTINS:
         return Declared(BUILTINS[name], granted)
@@ -464,12 +454,19 @@ def read_grants(grants: object, field: str = "grants") -> dict[str, bool]:
     if isinstance(grants, list | dict) and len(grants) > MAX_GRANTS:
         raise InvalidInput(field, f"{field} names at most {MAX_GRANTS} capabilities.")
     if isinstance(grants, list) and all(isinstance(g, str) for g in grants):
-        return dict.fromkeys(grants, True)
-    if isinstance(grants, dict) and all(
+        read = dict.fromkeys(grants, True)
+    elif isinstance(grants, dict) and all(
         isinstance(k, str) and isinstance(v, bool) for k, v in grants.items()
     ):
-        return dict(grants)
-    raise InvalidInput(field, f"{field} must be {GRANTS_SHAPE}.")
+        read = dict(grants)
+    else:
+        raise InvalidInput(field, f"{field} must be {GRANTS_SHAPE}.")
+    for name in read:
+        if not is_capability_name(name):
+            raise InvalidInput(
+                field, f"{field} names {name[:40]!r}, not a capability: names are {CAPABILITY_NAME_RULE}."
+            )
+    return read
 
 
 def apply_grants(declared: Sequence[Declared], grants: object, field: str = "grants") -> list[Declared]:

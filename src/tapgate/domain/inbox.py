@@ -15,9 +15,10 @@ from enum import StrEnum
 from typing import Any
 
 from tapgate.domain.approvals import SignBlock
-from tapgate.domain.devices import SMS_SEND, Capability, Device, DeviceStatus, in_words
-from tapgate.domain.errors import Conflict
-from tapgate.domain.shown import PREVIEW_MAX, VALUE_MAX, TooLongToShow
+from tapgate.domain.capabilities import traits
+from tapgate.domain.devices import Capability, Device, DeviceStatus, in_words
+from tapgate.domain.errors import Conflict, TooLongToShow
+from tapgate.domain.shown import PREVIEW_MAX, VALUE_MAX
 from tapgate.domain.shown import shown as _shown
 
 # No 0/O, 1/I/L, 2/Z, 5/S, 8/B: a code read aloud or across a room is not misread.
@@ -150,6 +151,7 @@ def prompt_for(device: Device, capability: Capability, who: str) -> str:
     """One line the card leads with: who asks, what, and on which device (server-checked text only)."""
     who = who or YOUR_ASSISTANT
     who = who[:1].upper() + who[1:]
-    if capability.name == SMS_SEND:
-        return f"{who} asks to send a text message from {device.name}."
+    doing = traits(capability.name).card_words
+    if doing:
+        return f"{who} asks to {doing} from {device.name}."
     return f"{who} asks to use {device.name}: {capability.shown_label}."

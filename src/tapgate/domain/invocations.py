@@ -20,6 +20,9 @@ from tapgate.domain.devices import SMS_SEND, Capability, ParamType
 from tapgate.domain.errors import Conflict, InvalidInput
 from tapgate.domain.text import unsafe_character
 
+MAX_WAIT_SECONDS = 300  # the longest any caller may be held waiting for a call's answer
+MAX_POLL_SECONDS = 60  # the longest a long-poll (a device's work, the inbox) is held
+
 STRING_MAX = 4096
 MESSAGE_MAX = 500
 OFFLINE = "tool.device_offline"
@@ -43,7 +46,6 @@ class Status(StrEnum):
 
 OPEN = (Status.PENDING.value, Status.AWAITING_APPROVAL.value)
 # Capabilities whose every call puts a card in front of the person (their tap is the confirmation).
-CONFIRMED_ON_DEVICE = ("sms_send", "phone_actions")
 # What a device may answer; sent and cancelled are the compose sheet's words for done and declined.
 DEVICE_ANSWERS = {
     "done": Status.DONE,
@@ -195,13 +197,14 @@ _SMS = {
     "they ask.",
     Status.FAILED: "device error: the phone could not open the message.",
 }
+_ANSWERS = {SMS_SEND: _SMS}  # a capability's own texts for the agent, where it has them
 
 
 def result_text(capability: str, status: Status, message: str | None) -> str:
     """What the agent reads for a device's answer (phone_action has its own texts)."""
     if status is Status.EXPIRED:
         return f"{OFFLINE}: the device did not answer in time; it may be offline."
-    base = (_SMS if capability == SMS_SEND else _GENERIC)[status]
+    base = _ANSWERS.get(capability, _GENERIC)[status]
     if message is None:
         return base
     if status is Status.FAILED:

@@ -24,9 +24,10 @@ from enum import StrEnum
 from typing import Any
 
 from tapgate.domain.approvals import canonical_json
+from tapgate.domain.capabilities import traits
 from tapgate.domain.devices import Capability, ParamType
-from tapgate.domain.errors import Conflict, InvalidInput, MalformedRequest
-from tapgate.domain.shown import PREVIEW_MAX, TooLongToShow, shown
+from tapgate.domain.errors import BoundsRefused, Conflict, InvalidInput, TooLongToShow
+from tapgate.domain.shown import PREVIEW_MAX, shown
 
 MANDATE = "mandate"  # the approval kind, its tool, and the capability in its action hash
 MAX_TOOLS = 16
@@ -151,16 +152,6 @@ def _int(field: str, value: object, low: int, high: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
         raise InvalidInput(field, f"{field} must be a whole number from {low} to {high}.")
     return value
-
-
-class BoundsRefused(MalformedRequest):
-    """An asked-for mandate out of bounds (400): ``message`` says which and why."""
-
-    code = "invalid"
-
-    def __init__(self, field: str, message: str) -> None:
-        super().__init__(message)
-        self.field = field
 
 
 def check_bounds(body: Mapping[str, Any], tools: Mapping[str, Capability], agent_id: str | None) -> Bounds:
@@ -403,7 +394,7 @@ def canonical_bytes(mandate: Mandate) -> bytes:
 
 def _tool_words(name: str, tools: Mapping[str, tuple[str, Capability]]) -> str:
     device, capability = tools[name]
-    what = "send SMS" if capability.name == "sms_send" else f"use {capability.name}"
+    what = traits(capability.name).mandate_words or f"use {capability.name}"
     return f"{what} on {device}"
 
 

@@ -9,9 +9,9 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from tapgate.domain.errors import InvalidInput
+from tapgate.domain.errors import InvalidInput, SecretRefused
 from tapgate.domain.push import PushValue
-from tapgate.domain.secret_scan import SecretRefused, check_outbound
+from tapgate.domain.secret_scan import check_outbound
 from tapgate.domain.text import check_display_text
 
 NOTICE_EVENTS = frozenset(

@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from enum import StrEnum
 
-from tapgate.domain.errors import Conflict, Forbidden, Gone, NotFound
+from tapgate.domain.errors import Conflict, Gone, NotFound
 
 PAIRING_TTL = timedelta(minutes=10)
 MAX_COMPARISON_ATTEMPTS = 5
@@ -118,7 +118,3 @@ def consent(pairing: Pairing, comparison_code: str, approved: bool, now: datetim
             return replace(pairing, status=PairingStatus.DECLINED, attempts=attempts, decided_at=now)
         return replace(pairing, attempts=attempts)
     return replace(pairing, status=PairingStatus.CONFIRMED, decided_at=now)
-
-
-class ComparisonMismatch(Forbidden):
-    code = "comparison_mismatch"

@@ -28,7 +28,7 @@ from datetime import datetime
 from typing import Any
 from urllib.parse import urlsplit
 
-from tapgate.domain.errors import Forbidden, InvalidInput
+from tapgate.domain.errors import InvalidInput, PasskeyRefused
 
 __all__ = [
     "Passkey",
@@ -47,21 +47,6 @@ RP_NAME = "tapgate"
 # ES256 (P-256) and EdDSA, which phones' platform authenticators make, and RS256 (Windows Hello, some
 # security keys).
 ALGORITHMS = (-7, -8, -257)
-
-
-class PasskeyRefused(Forbidden):
-    """A decision without a good passkey assertion (403; the approval stays pending). ``detail`` is for
-    the journal only."""
-
-    code = "passkey_refused"
-    MESSAGE = (
-        "This decision needs your passkey: confirm it with your face, fingerprint or screen lock on a "
-        "device you registered a passkey on."
-    )
-
-    def __init__(self, detail: str) -> None:
-        super().__init__(self.MESSAGE)
-        self.detail = detail
 
 
 @dataclass(frozen=True, slots=True)

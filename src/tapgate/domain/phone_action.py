@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 from types import MappingProxyType
-from typing import Any, Literal
+from typing import Any
 
-from tapgate.domain.errors import ConfigurationError, TapgateError
+from tapgate.domain.errors import ConfigurationError, PhoneActionRefused
 
 __all__ = [
     "Action",
@@ -44,24 +44,6 @@ _CATALOGUE_FILE = "phone_action_catalogue.json"
 _SUMMARY = "summary"
 _DIGITS = frozenset("0123456789")
 _PLACEHOLDER = re.compile(r"\{\{(\w+)\}\}")
-
-RefusalReason = Literal["unknown_action", "missing", "bad"]
-
-
-class PhoneActionRefused(TapgateError):
-    """A phone_action call the catalogue refuses; ``text`` is the refusal the agent reads, word for word.
-
-    ``reason`` (``unknown_action``, ``missing`` or ``bad``) and ``field`` are for the audit journal: the
-    text never repeats a value from the call.
-    """
-
-    code = "phone_action_invalid"
-
-    def __init__(self, text: str, reason: RefusalReason, field: str | None = None) -> None:
-        super().__init__(text)
-        self.text = text
-        self.reason: RefusalReason = reason
-        self.field = field
 
 
 @dataclass(frozen=True)

@@ -61,7 +61,9 @@ from typing import NoReturn
 
 import yaml
 
-from tapgate.domain.errors import ConfigurationError
+from tapgate.domain.capabilities import MESSAGES, TRAITS
+from tapgate.domain.devices import CAPABILITY_NAME_RULE, is_capability_name
+from tapgate.domain.errors import PolicyFileError
 from tapgate.domain.ids import SLUG
 from tapgate.domain.text import unsafe_character
 
@@ -103,9 +105,6 @@ PROFILE_PREFIX = "profile:"
 _RESERVED_PREFIXES = ("tapgate:", PROFILE_PREFIX)
 
 _ACTIONS = (DEVICE_USE,)
-# The session tool phone_action is served by the capability a phone declares as phone_actions (DESIGN §4.3).
-_MESSAGES = frozenset({"sms_send", "phone_action", "phone_actions"})
-_CAPABILITY = re.compile(r"[a-z][a-z0-9]*(?:_[a-z0-9]+)*")
 _DEVICE_TOOL = re.compile(r"device__[a-z0-9]+(?:_[a-z0-9]+)*__[a-z][a-z0-9]*(?:_[a-z0-9]+)*")
 _STR = "tag:yaml.org,2002:str"
 _NULL = "tag:yaml.org,2002:null"
@@ -121,8 +120,9 @@ class Verdict(StrEnum):
 _STRICTNESS = {Verdict.ALLOW: 0, Verdict.ASK: 1, Verdict.BLOCK: 2}
 _DECISIONS = {"allow": Verdict.ALLOW, "require_approval": Verdict.ASK, "block": Verdict.BLOCK}
 
+# What the person finishes on their own screen needs no approval besides: they read it there and act.
 DEFAULT_PROFILE: Mapping[str, Verdict] = MappingProxyType(
-    {"sms_send": Verdict.ALLOW, "phone_action": Verdict.ALLOW}
+    {t.session_tool or name: Verdict.ALLOW for name, t in TRAITS.items() if t.confirmed_on_screen}
 )
 
 
@@ -152,10 +152,6 @@ def _is_tool(value: str) -> bool:
     return value == "phone_action" or (len(value) <= 64 and _DEVICE_TOOL.fullmatch(value) is not None)
 
 
-def _is_capability(value: str) -> bool:
-    return len(value) <= 30 and _CAPABILITY.fullmatch(value) is not None
-
-
 # Fields whose values have a known shape: (the test, what a value must be).
 _SHAPES: Mapping[str, tuple[Callable[[str], bool], str]] = MappingProxyType(
     {
@@ -163,7 +159,7 @@ _SHAPES: Mapping[str, tuple[Callable[[str], bool], str]] = MappingProxyType(
             lambda v: len(v) <= 24 and SLUG.fullmatch(v) is not None,
             "lower-case words joined by '-', like desk-lamp",
         ),
-        "capability": (_is_capability, "lower snake case, like set_light"),
+        "capability": (is_capability_name, f"{CAPABILITY_NAME_RULE}, like set_light"),
         "capabilityKind": (lambda v: v in ("sensor", "actuator"), "sensor or actuator"),
         "sessionKind": (
             lambda v: v in ("chat", "schedule", "subagent", "triage"),
@@ -175,18 +171,6 @@ _SHAPES: Mapping[str, tuple[Callable[[str], bool], str]] = MappingProxyType(
         ),
     }
 )
-
-
-class PolicyFileError(ConfigurationError):
-    """The policies file cannot be used; the server refuses to start with this message."""
-
-    code = "policy_file"
-
-    def __init__(self, source: str, line: int, reason: str) -> None:
-        super().__init__(f"{source} line {line}: {reason}")
-        self.source = source
-        self.line = line
-        self.reason = reason
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -206,8 +190,8 @@ class PolicyRequest:
 
     @property
     def consequential(self) -> bool:
-        """It moves something (an actuator) or sends a message (sms_send, phone_action)."""
-        return self.capability_kind == "actuator" or self.capability in _MESSAGES or self.tool in _MESSAGES
+        """It moves something (an actuator) or sends a message (``capabilities.MESSAGES``)."""
+        return self.capability_kind == "actuator" or self.capability in MESSAGES or self.tool in MESSAGES
 
 
 @dataclass(frozen=True, slots=True)
@@ -492,7 +476,7 @@ def _load(text: str, source: str, problems: list[PolicyFileError] | None) -> Pol
     if profile_node is not None and profile_node.tag != _NULL:
         for key, value in reader.mapping(profile_node, "profile", None).items():
             try:
-                if not (_is_capability(key) or _is_tool(key)):
+                if not (is_capability_name(key) or _is_tool(key)):
                     reader.fail(
                         value,
                         f"profile: {key!r} is neither a capability name (sms_send) nor a tool name "

@@ -21,11 +21,11 @@ import re
 from dataclasses import dataclass
 from typing import TypeAlias
 
+from tapgate.domain.errors import PolicyFileError
 from tapgate.domain.policy import (
     Comparison,
     Condition,
     Operator,
-    PolicyFileError,
     PolicyRule,
     parse_policies_reporting,
     strictness,

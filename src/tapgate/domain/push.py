@@ -13,7 +13,6 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 
 from tapgate.domain.devices import PushTarget
-from tapgate.domain.errors import TapgateError
 from tapgate.domain.events import APPROVAL_REQUESTED
 
 PushValue = str | int | float | bool | None
@@ -57,23 +56,6 @@ class PushMessage:
             "ui": {"title": self.title, "body": self.body},
             "data": dict(self.data),
         }
-
-
-class PushFailed(TapgateError):
-    code = "push_failed"
-
-    def __init__(self, message: str, retryable: bool) -> None:
-        super().__init__(message)
-        self.retryable = retryable
-
-
-class SubscriptionGone(PushFailed):
-    """The push service says the address is dead (Web Push 404/410, APNs 410, FCM UNREGISTERED)."""
-
-    code = "push_subscription_gone"
-
-    def __init__(self, message: str) -> None:
-        super().__init__(message, retryable=False)
 
 
 class OutboxStatus(StrEnum):

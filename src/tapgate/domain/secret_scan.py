@@ -67,7 +67,7 @@ from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass
 from urllib.parse import unquote
 
-from tapgate.domain.errors import TapgateError
+from tapgate.domain.errors import SecretRefused
 from tapgate.domain.text import INVISIBLE
 
 __all__ = ["SecretFinding", "SecretRefused", "check_outbound", "scan"]
@@ -80,19 +80,6 @@ class SecretFinding:
     kind: str
     start: int
     end: int
-
-
-class SecretRefused(TapgateError):
-    """An outbound text looks like a secret; the check chain turns this into a ``[deny]`` refusal."""
-
-    code = "secret_in_text"
-
-    def __init__(self, field: str, finding: SecretFinding) -> None:
-        super().__init__(
-            f"[deny] the text of '{field}' looks like a secret ({finding.kind}); tapgate never sends secrets"
-        )
-        self.field = field
-        self.finding = finding
 
 
 def check_outbound(texts: Iterable[tuple[str, str]]) -> None:

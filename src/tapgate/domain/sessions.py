@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 
+from tapgate.domain.devices import CAPABILITY_NAME_RULE, is_capability_name
 from tapgate.domain.errors import InvalidInput
 
 _SESSION_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,99}$")
@@ -52,6 +53,9 @@ def check_message_capabilities(values: Sequence[str], field: str = "capabilities
     if len(values) > MAX_MESSAGE_CAPABILITIES:
         raise InvalidInput(field, f"{field} may name at most {MAX_MESSAGE_CAPABILITIES} capabilities.")
     for value in values:
-        if not re.fullmatch(r"[a-z][a-z0-9_]{0,29}", value):
-            raise InvalidInput(field, f"{field} holds {value[:40]!r}, which is not a capability name.")
+        if not is_capability_name(value):
+            raise InvalidInput(
+                field,
+                f"{field} holds {value[:40]!r}, which is not a capability name ({CAPABILITY_NAME_RULE}).",
+            )
     return tuple(dict.fromkeys(values))

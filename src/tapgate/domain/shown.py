@@ -12,20 +12,13 @@ from __future__ import annotations
 import json
 import re
 
-from tapgate.domain.errors import InvalidInput
+from tapgate.domain.errors import TOO_LONG as TOO_LONG
+from tapgate.domain.errors import TooLongToShow
 from tapgate.domain.text import unsafe_character
 
 VALUE_MAX = 1000  # characters of one shown value
 PREVIEW_MAX = 4000  # characters of all of a preview's shown values
-TOO_LONG = "too long to show the person"
 _WHITESPACE_RUN = re.compile(r"\s{4,}")
-
-
-class TooLongToShow(InvalidInput):
-    """A preview the person could not read whole; the call it was for is refused."""
-
-    def __init__(self) -> None:
-        super().__init__("arguments", f"The arguments are {TOO_LONG}.")
 
 
 def _character(ch: str) -> str:

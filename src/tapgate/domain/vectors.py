@@ -26,7 +26,6 @@ from tapgate.domain.approvals import (
     APPROVAL_FORMAT,
     Decision,
     PrivateKey,
-    SignatureRefused,
     action_sha256,
     canonical_json,
     new_sign_block,
@@ -35,23 +34,13 @@ from tapgate.domain.approvals import (
     signed_text,
     verify_decision,
 )
-from tapgate.domain.errors import InvalidInput
+from tapgate.domain.errors import InvalidInput, SignatureRefused, VectorsError
 from tapgate.domain.ids import new_id
 from tapgate.domain.keys import KeyAlgorithm, canonical_public_key
 
 __all__ = ["VectorsError", "check_vectors", "generate_vectors"]
 
 _TTL_SECONDS = 3600
-
-
-class VectorsError(Exception):
-    """A vectors document does not check; ``case`` is the index of the first failing case (None when the
-    document itself is at fault) and ``why`` says what failed."""
-
-    def __init__(self, case: int | None, why: str) -> None:
-        super().__init__(why if case is None else f"case {case}: {why}")
-        self.case = case
-        self.why = why
 
 
 def generate_vectors(

@@ -14,7 +14,7 @@ from anyio.abc import TaskStatus
 
 from tapgate.client import Client, Invocation
 from tapgate.device.reaching import unreachable
-from tapgate.domain.errors import TapgateError
+from tapgate.domain.errors import GatewayUnreachable, TapgateError
 from tapgate.domain.events import TOOLS_CHANGED
 from tapgate.domain.mandates import Mandate
 from tapgate.domain.principals import Principal
@@ -103,12 +103,6 @@ class LocalBackend:
             else:
                 started = True
                 task_status.started()
-
-
-class GatewayUnreachable(TapgateError):
-    """The gateway behind ``tapgate mcp`` cannot be reached, or speaks another scheme than its URL."""
-
-    code = "gateway_unreachable"
 
 
 @contextlib.contextmanager

@@ -10,17 +10,15 @@ from typing import Any
 
 from mcp_types import Tool, ToolAnnotations
 
-from tapgate.domain.devices import BUILTINS, PHONE_ACTIONS, SMS_SEND, CapabilityKind
+from tapgate.domain.capabilities import traits
+from tapgate.domain.devices import BUILTINS, PHONE_ACTIONS, CapabilityKind
 from tapgate.domain.tools import CAPABILITY_META, PHONE_ACTION
-
-# Capabilities whose calls can reach someone other than the person: a message, a phone call.
-REACHES_ANOTHER_PERSON = frozenset({SMS_SEND, PHONE_ACTIONS})
 
 
 def hints(capability: str, kind: str, title: str | None) -> ToolAnnotations:
     """A sensor only reads; an actuator changes something in the world, and a message or a call reaches
     another person. Every hint is given, since MCP's defaults assume the worst of a tool left silent."""
-    reaches = capability in REACHES_ANOTHER_PERSON
+    reaches = traits(capability).message  # a message or a call reaches someone other than the person
     reads = kind == CapabilityKind.SENSOR and not reaches
     return ToolAnnotations(
         title=title,

@@ -37,6 +37,7 @@ from mcp_types import (
 
 from tapgate import __version__
 from tapgate.domain.errors import InvalidInput, NotFound, TapgateError
+from tapgate.domain.invocations import MAX_WAIT_SECONDS
 from tapgate.mcp_server.backends import Backend
 from tapgate.mcp_server.hints import annotated, tapgate_hints
 from tapgate.mcp_server.mandate_tool import (
@@ -53,7 +54,6 @@ __all__ = ["DEFAULT_WAIT", "RESULT_TOOL", "build_server"]
 log = logging.getLogger(__name__)
 
 DEFAULT_WAIT = 60.0  # seconds a tool call is held for the device's (or the person's) answer
-MAX_RESULT_WAIT = 300.0
 
 RESULT_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -67,7 +67,7 @@ RESULT_SCHEMA: dict[str, Any] = {
         "wait": {
             "type": "number",
             "minimum": 0,
-            "maximum": MAX_RESULT_WAIT,
+            "maximum": MAX_WAIT_SECONDS,
             "description": "Seconds to wait for the answer if it has not come yet (default 0).",
         },
     },

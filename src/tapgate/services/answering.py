@@ -10,15 +10,16 @@ from datetime import datetime, timedelta
 
 from tapgate import faults
 from tapgate.domain.audit import AuditRecord
-from tapgate.domain.errors import Conflict, Gone, NotFound
+from tapgate.domain.errors import AlreadyAnswered, Gone, NotFound
 from tapgate.domain.events import INVOCATION_LATE_REPORT
-from tapgate.domain.invocations import Invocation, Status, cut_message, device_status
+from tapgate.domain.invocations import MAX_POLL_SECONDS, Invocation, Status, cut_message, device_status
 from tapgate.flag import Flag
 from tapgate.ports import UnitOfWork
-from tapgate.services.context import Context, device_key, events_key, invocation_key, sleep_until_woken
+from tapgate.services.context import Context, device_key, events_key, invocation_key
 from tapgate.services.devices import DeviceCaller
 from tapgate.services.endings import announce, device_online
 from tapgate.services.handed import HandedCalls
+from tapgate.services.waiting import Deadline, sleep_until_woken
 
 MAX_FETCH = 50
 
@@ -27,16 +28,6 @@ MAX_FETCH = 50
 class Answered:
     invocation_id: str
     status: Status
-
-
-class AlreadyAnswered(Conflict):
-    """A second answer: 409, carrying the first."""
-
-    def __init__(self, first: Invocation) -> None:
-        super().__init__(
-            f"This invocation was answered already ({first.status.value}); the first answer stands."
-        )
-        self.first = first
 
 
 async def pending(
@@ -55,8 +46,7 @@ async def pending(
     process woke it (``invoking.deliver`` hands them with the wake) and the device has no push target:
     those are answered as written, without a read, as a live link sends them (``linking.py``). Anything
     else that wakes it (another process's notification, a sweep, a held call's time) makes it read."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + max(0.0, min(wait, 60.0))
+    deadline = Deadline(wait, MAX_POLL_SECONDS)
     tenant, uid = caller.principal.tenant_id, caller.device.device_uid
     awake = Flag()  # set with ``woken``, which then keeps what was handed with its wakes
     handed: list[Invocation] | None = None
@@ -69,7 +59,7 @@ async def pending(
                 found, held_until = await _take(ctx, caller, hands, skip=held)
             else:
                 found = _take_handed(ctx, caller, hands, handed, skip=held)
-            left = deadline - loop.time()
+            left = deadline.left()
             if found or left <= 0:
                 return found
             if held_until is not None:  # wake when the first held call may be handed again

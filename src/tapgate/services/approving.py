@@ -7,22 +7,21 @@ check; a denied one is refused with the person's words, and "this wasn't me" als
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
 from tapgate import faults
-from tapgate.domain.approvals import Decision, SignatureRefused, signed_text, verify_decision
+from tapgate.domain.approvals import Decision, signed_text, verify_decision
 from tapgate.domain.audit import AuditRecord
 from tapgate.domain.console import CONSOLE_LOGIN, PAUSED_REASON
 from tapgate.domain.devices import Device, DeviceStatus
-from tapgate.domain.errors import Conflict, Forbidden, Gone, InvalidInput, NotFound
+from tapgate.domain.errors import Conflict, Forbidden, Gone, InvalidInput, NotFound, SignatureRefused
 from tapgate.domain.events import APPROVAL_DECIDED
 from tapgate.domain.grant_requests import GRANT
 from tapgate.domain.inbox import Approval, ApprovalStatus, answers
-from tapgate.domain.invocations import Invocation, Status
+from tapgate.domain.invocations import MAX_POLL_SECONDS, Invocation, Status
 from tapgate.domain.mandates import MANDATE
 from tapgate.domain.passkeys import Relying
 from tapgate.domain.principals import Principal, Scope, TokenKind
@@ -30,12 +29,13 @@ from tapgate.domain.text import check_display_text
 from tapgate.domain.vouching import DEVICE_PAIR
 from tapgate.ports import UnitOfWork
 from tapgate.services import console, mandates, passkeys
-from tapgate.services.context import Context, events_key, inbox_key, invocation_key, sleep_until_woken
+from tapgate.services.context import Context, events_key, inbox_key, invocation_key
 from tapgate.services.decisions import record_decision
 from tapgate.services.endings import announce
 from tapgate.services.granted import grant_decided
 from tapgate.services.invoking import deliver, timeout_for
 from tapgate.services.vouched import vouched
+from tapgate.services.waiting import Deadline, sleep_until_woken
 
 MESSAGE_MAX = 500
 _NO_RP = Relying.of("http://127.0.0.1:8080")
@@ -67,8 +67,7 @@ async def inbox(ctx: Context, caller: Principal, wait: float = 0) -> Sequence[Ap
     if caller.kind is TokenKind.OPERATOR:
         raise Forbidden("The inbox is the person's: use a user or device token.")
     user_id = _user_of(caller)
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + max(0.0, min(wait, 60.0))
+    deadline = Deadline(wait, MAX_POLL_SECONDS)
     with ctx.wake.subscribe(inbox_key(caller.tenant_id, user_id)) as woken:
         while True:
             woken.clear()
@@ -76,7 +75,7 @@ async def inbox(ctx: Context, caller: Principal, wait: float = 0) -> Sequence[Ap
             async with ctx.store.unit_of_work(caller.tenant_id) as uow:
                 open_ = [a for a in await uow.approvals.pending_for(user_id) if a.expires_at > now]
                 found = await _theirs(uow, caller, open_)
-            left = deadline - loop.time()
+            left = deadline.left()
             if found or left <= 0:
                 return found
             await sleep_until_woken(ctx, woken, left)

@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 from dataclasses import dataclass, field
 
 from tapgate.domain.policy import PolicySet
-from tapgate.flag import Flag
-from tapgate.ports import Clock, Store, Wake, Woken
+from tapgate.ports import Clock, Store, Wake
 from tapgate.services.handover import Handover
 
 
 @dataclass(frozen=True, slots=True)
 class Limits:
+    """What the gateway allows and how long it waits. Each is a setting of the same name, whose default
+    is the one here (``Settings`` reads these; ``bootstrap.limits_from`` makes them from the settings)."""
+
     invocation_timeout_seconds: int = 300
     device_call_timeout_seconds: int = 10
     ingest_daily_cap: int = 500
@@ -21,13 +21,13 @@ class Limits:
     max_devices_per_user: int = 10
     max_open_confirmations: int = 5
     require_device_signature: bool = False
-    require_user_verification: bool = False  # every decision carries a passkey assertion (DESIGN §22)
+    require_user_verification: bool = False  # every decision carries a passkey assertion
     invocation_poll_seconds: float = 2.0
     live_ack_seconds: float = 1.0  # how long a live link may take a call before its push goes out
     redelivery_seconds: float = 30.0  # the long-poll hands a call it handed already only after this long
     not_me_cooldown_seconds: int = 1200  # "this wasn't me" pauses the agent's asks for this long
     triage_idle_seconds: int = 3600  # a triage session idle this long is replaced by a new one
-    push_cap: int = 10  # pushes per user per window (DESIGN §7.1); past it, nothing more reaches a phone
+    push_cap: int = 10  # pushes per user per window; past it, nothing more reaches a phone
     push_window_seconds: int = 600
     push_coalesce_seconds: float = 5.0  # a device pushed this recently waits: a burst becomes one push
     push_retry_seconds: tuple[float, ...] = (2.0, 10.0)  # the wait before each retry of a failed push
@@ -102,27 +102,3 @@ def outbox_key(tenant_id: str) -> str:
 
 
 TENANTS_KEY = "tenants"  # notified when a tenant is created
-
-
-def wait_slice(ctx: Context, left: float) -> float:
-    """How long one wait may sleep: all that is left, or the poll interval while notifications may be
-    missed."""
-    if ctx.wake.degraded:
-        return max(0.0, min(left, ctx.limits.invocation_poll_seconds))
-    return max(0.0, left)
-
-
-async def sleep_until_woken(ctx: Context, woken: Woken, seconds: float) -> bool:
-    """The one wait of every waiting read: until ``woken`` is set (True) or ``seconds`` have passed
-    (False), and no longer than the poll interval while notifications may be missed (the caller then
-    looks again)."""
-    seconds = wait_slice(ctx, seconds)
-    if isinstance(woken, Flag):  # it times its own wait: nothing more is held while it waits
-        return await woken.wait_for(seconds)
-    # asyncio.timeout, not wait_for: on Python 3.11 wait_for wraps the wait in a task of its own, a
-    # task per waiting request (and per held long-poll, for as long as it is held).
-    with contextlib.suppress(TimeoutError):
-        async with asyncio.timeout(seconds):
-            await woken.wait()
-        return True
-    return False

@@ -6,7 +6,8 @@ from collections.abc import AsyncIterator
 
 from tapgate.domain.events import Event
 from tapgate.domain.principals import Principal, Scope, TokenKind
-from tapgate.services.context import Context, events_key, sleep_until_woken
+from tapgate.services.context import Context, events_key
+from tapgate.services.waiting import sleep_until_woken
 
 PAGE = 100
 

@@ -8,7 +8,6 @@ an interval, tenant by tenant (sign-ins once a minute: they live ten).
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from datetime import timedelta
 
@@ -42,34 +41,23 @@ async def sweep(ctx: Context) -> int:
     return count
 
 
-async def run_sweeper(ctx: Context, interval: float) -> None:
-    """Sweep at once, then every ``interval`` seconds, until cancelled; a failed sweep is logged."""
-    sign_ins_due = ctx.clock.now()
-    while True:
-        try:
-            expired = await sweep(ctx)
-            if expired:
-                log.info("expired overdue invocations", extra={"count": expired})
-            now = ctx.clock.now()
-            if now >= sign_ins_due:
-                sign_ins_due = now + SIGN_INS_EVERY
-                deleted = await sweep_sign_ins(ctx)
-                if deleted:
-                    log.info("deleted expired console sign-ins", extra={"count": deleted})
-        except Exception as e:
-            log.error("expiry sweep failed", extra={"error": type(e).__name__})
-        await asyncio.sleep(interval)
+class Sweeper(tasks.Periodic):
+    """Sweeps at once, then every ``interval`` seconds, in the background."""
 
-
-class Sweeper:
     def __init__(self, ctx: Context, interval: float = 1.0) -> None:
+        super().__init__(
+            "tapgate-expiry", self._round, tasks.every(interval), failed="expiry sweep failed", log=log
+        )
         self._ctx = ctx
-        self._interval = interval
-        self._task: asyncio.Task[None] | None = None
+        self._sign_ins_due = ctx.clock.now()
 
-    def start(self) -> None:
-        self._task = asyncio.create_task(run_sweeper(self._ctx, self._interval), name="tapgate-expiry")
-
-    async def close(self) -> None:
-        if self._task is not None:
-            await tasks.stop(self._task)
+    async def _round(self) -> None:
+        expired = await sweep(self._ctx)
+        if expired:
+            log.info("expired overdue invocations", extra={"count": expired})
+        now = self._ctx.clock.now()
+        if now >= self._sign_ins_due:
+            self._sign_ins_due = now + SIGN_INS_EVERY
+            deleted = await sweep_sign_ins(self._ctx)
+            if deleted:
+                log.info("deleted expired console sign-ins", extra={"count": deleted})

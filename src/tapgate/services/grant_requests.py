@@ -9,11 +9,11 @@ from datetime import datetime, timedelta
 from tapgate.domain.approvals import action_sha256, new_sign_block
 from tapgate.domain.audit import AuditRecord
 from tapgate.domain.devices import Capability, Declared, Device
+from tapgate.domain.errors import TooLongToShow
 from tapgate.domain.events import APPROVAL_REQUESTED
 from tapgate.domain.grant_requests import GRANT, grant_arguments, grant_preview, grant_prompt
 from tapgate.domain.ids import new_id
 from tapgate.domain.inbox import Approval, ApprovalStatus, binding_code
-from tapgate.domain.shown import TooLongToShow
 from tapgate.ports import UnitOfWork
 from tapgate.services.context import inbox_key
 from tapgate.services.outbox import queue_push

@@ -27,8 +27,17 @@ log = logging.getLogger(__name__)
 FLUSH_SECONDS = 0.5
 
 
-class HandedCalls:
+class HandedCalls(tasks.Periodic):
     def __init__(self, ctx: Context, flush_seconds: float = FLUSH_SECONDS) -> None:
+        super().__init__(
+            "tapgate-handed",
+            self.flush,
+            self._gather,
+            failed="handed calls not written",
+            log=log,
+            at_start=False,
+            level=logging.WARNING,
+        )
         self.ctx = ctx
         self.flush_seconds = flush_seconds
         self._at: dict[tuple[str, str], datetime] = {}  # (tenant, invocation id) -> when it was handed
@@ -36,7 +45,6 @@ class HandedCalls:
         self._unwritten: defaultdict[str, dict[tuple[str, str, datetime], list[str]]] = defaultdict(dict)
         self._flushed = asyncio.Event()
         self.batches = 0  # units of work that wrote marks
-        self._task: asyncio.Task[None] | None = None
 
     def handed_at(self, tenant_id: str, invocation_id: str, written: datetime | None) -> datetime | None:
         """When the call was last handed over: the later of its written mark and this process's own."""
@@ -80,26 +88,18 @@ class HandedCalls:
         self._at = {key: at for key, at in self._at.items() if at > past}
         return written
 
-    def start(self) -> None:
-        if self._task is None:
-            self._task = asyncio.create_task(self._run())
-
     async def close(self) -> None:
-        if self._task is not None:
-            await tasks.stop(self._task)
-            self._task = None
+        await super().close()
         try:
             await self.flush()
         except TapgateError as e:
             log.warning("handed calls not written", extra={"error": type(e).__name__})
 
-    async def _run(self) -> None:
-        while True:
-            await self._flushed.wait()
-            self._flushed.clear()
-            await asyncio.sleep(self.flush_seconds)  # the batch gathers what comes meanwhile
-            try:
-                await self.flush()
-            except TapgateError as e:  # the database is away: the next batch tries again
-                log.warning("handed calls not written", extra={"error": type(e).__name__})
-                self._flushed.set()
+    async def _gather(self, failed: bool) -> None:
+        """Until a call is noted (or the last batch failed: the database is away, and the next batch
+        tries again), then ``flush_seconds`` more: the batch gathers what comes meanwhile."""
+        if failed:
+            self._flushed.set()
+        await self._flushed.wait()
+        self._flushed.clear()
+        await asyncio.sleep(self.flush_seconds)

@@ -18,6 +18,7 @@ from typing import Any
 from tapgate import faults
 from tapgate.domain import phone_action
 from tapgate.domain.audit import AuditRecord
+from tapgate.domain.capabilities import traits
 from tapgate.domain.check_chain import (
     Passed,
     Refusal,
@@ -28,12 +29,12 @@ from tapgate.domain.check_chain import (
     how_asked,
     paused_agent,
 )
-from tapgate.domain.devices import PHONE_ACTIONS, SMS_SEND, Capability, Device
-from tapgate.domain.errors import Conflict, InvalidInput, NotFound
+from tapgate.domain.devices import PHONE_ACTIONS, Capability, Device
+from tapgate.domain.errors import Conflict, InvalidInput, NotFound, TooLongToShow
 from tapgate.domain.ids import new_id
 from tapgate.domain.inbox import may_answer, render_preview, why_asked
 from tapgate.domain.invocations import (
-    CONFIRMED_ON_DEVICE,
+    MAX_WAIT_SECONDS,
     TRUST,
     Invocation,
     Status,
@@ -44,7 +45,7 @@ from tapgate.domain.mandates import COVERABLE_HINT
 from tapgate.domain.policy import Verdict
 from tapgate.domain.principals import Principal, Scope, TokenKind
 from tapgate.domain.push import INVOCATION_PENDING
-from tapgate.domain.shown import TOO_LONG, TooLongToShow
+from tapgate.domain.shown import TOO_LONG
 from tapgate.ports import UnitOfWork, Woken
 from tapgate.services import check_chain, mandates
 from tapgate.services.asking import open_approval
@@ -52,14 +53,13 @@ from tapgate.services.context import (
     Context,
     device_key,
     invocation_key,
-    sleep_until_woken,
 )
 from tapgate.services.endings import device_online, expire
 from tapgate.services.handover import Slot
 from tapgate.services.outbox import queue_push
+from tapgate.services.waiting import Deadline, sleep_until_woken
 
 _INVOCATION_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,63}$")
-MAX_WAIT = 300
 
 
 @dataclass(frozen=True, slots=True)
@@ -258,7 +258,7 @@ async def _chain(
         paused_agent(passed, read.agent_paused_until, now)
     used = await mandates.cover(uow, caller.user_id, request, payload, now) if asked.coverable else None
     ask = asked.ask and used is None
-    if ask or capability.name in CONFIRMED_ON_DEVICE:
+    if ask or traits(capability.name).confirmed_on_screen:
         await _check_fatigue(ctx, uow, caller.user_id, passed)
     if ask:
         try:
@@ -381,7 +381,7 @@ def timeout_for(ctx: Context, capability: Capability, device: Device, now: datet
 def _timeout(ctx: Context, capability: Capability, device: Device, now: datetime) -> timedelta:
     if capability.name == PHONE_ACTIONS:
         return timedelta(seconds=phone_action.catalogue().wait_seconds)
-    person_acts = capability.name == SMS_SEND or capability.confirm
+    person_acts = traits(capability.name).confirmed_on_screen or capability.confirm
     if not person_acts and device.link_until is not None and device.link_until > now:
         return timedelta(seconds=ctx.limits.device_call_timeout_seconds)
     return timedelta(seconds=ctx.limits.invocation_timeout_seconds)
@@ -447,9 +447,7 @@ async def _await_answer(
 ) -> View:
     """Wait on ``answered`` (subscribed before ``known`` was read, if given) for the invocation's end;
     an answer handed over in ``slot`` is taken once the caller has been shown to own the call."""
-    wait = max(0.0, min(float(wait), MAX_WAIT))
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + wait
+    deadline = Deadline(wait, MAX_WAIT_SECONDS)
     owned = known is not None  # the caller wrote it or read it: it is theirs
     while True:
         if known is not None:
@@ -465,7 +463,7 @@ async def _await_answer(
         now = ctx.clock.now()
         if invocation.due(now):
             return view(await expire(ctx, invocation, now), online)
-        left = deadline - loop.time()
+        left = deadline.left()
         if left <= 0:
             return view(invocation, online)
         until_due = (invocation.expires_at - now).total_seconds()

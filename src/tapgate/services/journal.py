@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from tapgate.domain.audit import GENESIS, AuditEntry, BrokenChain, verify_chain
-from tapgate.domain.errors import InvalidInput, NotFound
+from tapgate.domain.audit import GENESIS, AuditEntry, verify_chain
+from tapgate.domain.errors import BrokenChain, InvalidInput, NotFound
 from tapgate.ports import Store
 
 _PAGE = 1000

@@ -22,7 +22,15 @@ from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable
 from datetime import datetime, timedelta
 from typing import Any
 
-from tapgate.domain.errors import Conflict, Gone, InvalidInput, NotFound, StorageError, TapgateError
+from tapgate.domain.errors import (
+    AlreadyAnswered,
+    Conflict,
+    Gone,
+    InvalidInput,
+    NotFound,
+    StorageError,
+    TapgateError,
+)
 from tapgate.domain.frames import (
     REVOKED_FRAME,
     Ack,
@@ -35,10 +43,10 @@ from tapgate.domain.frames import (
 from tapgate.domain.inbox import answers
 from tapgate.flag import Flag
 from tapgate.services import answering, devices
-from tapgate.services.answering import AlreadyAnswered
-from tapgate.services.context import Context, device_key, inbox_key, notices_key, wait_slice
+from tapgate.services.context import Context, device_key, inbox_key, notices_key
 from tapgate.services.devices import DeviceCaller
 from tapgate.services.links import LiveLinks
+from tapgate.services.waiting import sleep_until_woken, wait_slice
 
 log = logging.getLogger(__name__)
 _marking: set[asyncio.Future[None]] = set()  # notice marks still being written
@@ -81,7 +89,7 @@ async def frames(
                     # The database is away, which says nothing of the device: keep the link, and read
                     # everything again on the poll interval (or at the next wake).
                     look_at_approvals = look_at_notices = True
-                    await woken.wait_for(ctx.limits.invocation_poll_seconds)
+                    await sleep_until_woken(ctx, woken, ctx.limits.invocation_poll_seconds)
                     continue
                 except TapgateError:
                     yield REVOKED_FRAME
@@ -149,7 +157,7 @@ async def frames(
                 # while notifications may be missed does the link poll.
                 poll = wait_slice(ctx, links.hold_seconds) if ctx.wake.degraded else None
                 limit = _sooner(poll, caller.principal.expires_at, now)
-                await (woken.wait() if limit is None else woken.wait_for(limit))  # no frame of its own
+                await sleep_until_woken(ctx, woken, limit)  # no frame of its own
                 look_at_approvals = asks.is_set() or ctx.wake.degraded
                 look_at_notices = news.is_set() or ctx.wake.degraded
     finally:

@@ -10,13 +10,11 @@ tenant's links — never on a timer. While notifications may be missed the links
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections import defaultdict
 from datetime import timedelta
 
 from tapgate import tasks
-from tapgate.domain.errors import TapgateError
 from tapgate.ports import Woken
 from tapgate.services.authcache import AUTH_SUFFIX
 from tapgate.services.context import Context
@@ -27,10 +25,19 @@ RENEW_SECONDS = 25.0
 BATCH = 500  # links renewed per unit of work (one statement)
 
 
-class LiveLinks:
+class LiveLinks(tasks.Periodic):
     def __init__(
         self, ctx: Context, renew_seconds: float = RENEW_SECONDS, hold_seconds: float = HOLD_SECONDS
     ) -> None:
+        super().__init__(
+            "tapgate-link-renewal",
+            self.renew,  # one that fails (the database is away) is tried again at the next round
+            tasks.every(lambda: self.renew_seconds),
+            failed="link renewal failed",
+            log=log,
+            at_start=False,
+            level=logging.WARNING,
+        )
         self.ctx = ctx
         self.renew_seconds = renew_seconds
         self.hold_seconds = hold_seconds
@@ -38,7 +45,6 @@ class LiveLinks:
         self._links: defaultdict[str, dict[str, list[Woken]]] = defaultdict(dict)
         self._sent: dict[tuple[str, str], frozenset[str]] = {}  # the calls each device's links hold
         self._full: set[tuple[str, str]] = set()  # devices whose links were sent a whole page of calls
-        self._task: asyncio.Task[None] | None = None
         ctx.wake.listen(self._on_notify)
 
     def __len__(self) -> int:
@@ -116,23 +122,6 @@ class LiveLinks:
                     await uow.devices.hold_links(uids[start : start + BATCH], until)
                 renewed += len(uids[start : start + BATCH])
         return renewed
-
-    def start(self) -> None:
-        if self._task is None:
-            self._task = asyncio.create_task(self._run())
-
-    async def close(self) -> None:
-        if self._task is not None:
-            await tasks.stop(self._task)
-            self._task = None
-
-    async def _run(self) -> None:
-        while True:
-            await asyncio.sleep(self.renew_seconds)
-            try:
-                await self.renew()
-            except TapgateError as e:  # the database is away: the next round tries again
-                log.warning("link renewal failed", extra={"error": type(e).__name__})
 
 
 class _Holding:

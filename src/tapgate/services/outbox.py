@@ -23,6 +23,7 @@ from datetime import datetime, timedelta
 from tapgate import faults
 from tapgate.domain.audit import AuditRecord
 from tapgate.domain.devices import Device, DeviceStatus
+from tapgate.domain.errors import PushFailed, SubscriptionGone
 from tapgate.domain.events import APPROVAL_REQUESTED
 from tapgate.domain.ids import new_id
 from tapgate.domain.inbox import ApprovalStatus
@@ -31,9 +32,7 @@ from tapgate.domain.push import (
     INVOCATION_PENDING,
     OutboxItem,
     OutboxStatus,
-    PushFailed,
     PushMessage,
-    SubscriptionGone,
     plan_pushes,
     retry_at,
 )

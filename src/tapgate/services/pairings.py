@@ -9,18 +9,10 @@ from typing import Any
 
 from tapgate.domain.audit import AuditRecord
 from tapgate.domain.devices import Device, DeviceStatus, apply_grants
-from tapgate.domain.errors import Conflict, Forbidden, Gone, NotFound
+from tapgate.domain.errors import ComparisonMismatch, Conflict, Forbidden, Gone, NotFound
 from tapgate.domain.events import DEVICE_PAIRED
 from tapgate.domain.inbox import ApprovalStatus
-from tapgate.domain.pairing import (
-    ComparisonMismatch,
-    Pairing,
-    PairingStatus,
-    claim,
-    consent,
-    new_pairing,
-    parse_code,
-)
+from tapgate.domain.pairing import Pairing, PairingStatus, claim, consent, new_pairing, parse_code
 from tapgate.domain.principals import Principal, TokenKind
 from tapgate.domain.vouching import NEEDS_OPERATOR, WHERE_TO_APPROVE
 from tapgate.ports import Clock, Store, UnitOfWork

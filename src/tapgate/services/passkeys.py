@@ -13,11 +13,10 @@ from typing import Any
 from tapgate.domain.approvals import Decision, signed_text
 from tapgate.domain.audit import AuditRecord
 from tapgate.domain.devices import DeviceStatus
-from tapgate.domain.errors import InvalidInput, NotFound
+from tapgate.domain.errors import InvalidInput, NotFound, PasskeyRefused
 from tapgate.domain.inbox import Approval
 from tapgate.domain.passkeys import (
     Passkey,
-    PasskeyRefused,
     Relying,
     assertion_credential_id,
     registration_options,

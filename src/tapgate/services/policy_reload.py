@@ -23,7 +23,8 @@ from pathlib import Path
 
 from tapgate import tasks
 from tapgate.domain.audit import AuditRecord
-from tapgate.domain.policy import PolicyFileError, parse_policies
+from tapgate.domain.errors import PolicyFileError
+from tapgate.domain.policy import parse_policies
 from tapgate.services.context import Context
 
 log = logging.getLogger(__name__)
@@ -31,34 +32,42 @@ log = logging.getLogger(__name__)
 ACTOR = "tapgate"
 
 
-class PolicyReloader:
+class PolicyReloader(tasks.Periodic):
     """A background service of the gateway; ``reload()`` is also what SIGHUP calls."""
 
     def __init__(self, ctx: Context, path: str, poll_seconds: float = 1.0, sighup: bool = False) -> None:
+        # A round that fails (a database that is down) is logged and ends no watch.
+        super().__init__(
+            "tapgate-policy-reload",
+            self._look,
+            self._wait,
+            failed="policy reload could not be journalled",
+            log=log,
+            at_start=False,
+        )
         self._ctx = ctx
         self._path = Path(path)
         self._poll = poll_seconds
         self._sighup = sighup
         self._seen: tuple[int, int] | None = None  # (mtime_ns, size) of the text last read
-        self._look: tuple[int, int] | None = None  # ... at the last look
+        self._looked: tuple[int, int] | None = None  # ... at the last look
         self._sha = ""  # the SHA-256 of the text last read, parsed or not
         self._asked = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
         self._lock = asyncio.Lock()
 
     async def start(self) -> None:
         # The gateway was built with this file's rules: remember them as in force.
-        self._seen = self._look = self._stat()
+        self._seen = self._looked = self._stat()
         with contextlib.suppress(OSError):
             self._sha = hashlib.sha256(self._path.read_bytes()).hexdigest()
-        self._task = asyncio.create_task(self._watch(), name="tapgate-policy-reload")
+        await super().start()
         if self._sighup:
             asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, self._asked.set)
 
     async def close(self) -> None:
         if self._sighup:
             asyncio.get_running_loop().remove_signal_handler(signal.SIGHUP)
-        await tasks.stop(self._task)
+        await super().close()
 
     def _stat(self) -> tuple[int, int] | None:
         try:
@@ -67,18 +76,16 @@ class PolicyReloader:
             return None
         return stat.st_mtime_ns, stat.st_size
 
-    async def _watch(self) -> None:
-        while True:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._asked.wait(), self._poll)
-            forced = self._asked.is_set()
-            self._asked.clear()
-            look, self._look = self._look, self._stat()
-            try:
-                if forced or (self._look != self._seen and self._look == look):
-                    await self.reload(force=forced)
-            except Exception:  # a database that is down must not end the watch
-                log.exception("policy reload could not be journalled", extra={"path": str(self._path)})
+    async def _wait(self, _failed: bool) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._asked.wait(), self._poll)
+
+    async def _look(self) -> None:
+        forced = self._asked.is_set()
+        self._asked.clear()
+        look, self._looked = self._looked, self._stat()
+        if forced or (self._looked != self._seen and self._looked == look):
+            await self.reload(force=forced)
 
     async def reload(self, force: bool = False) -> bool:
         """Read the file; swap in its rules when they parse and differ from those in force. True when

@@ -24,10 +24,14 @@ CLOSE_GRACE_SECONDS = 2.0  # sends in flight at shutdown get this long; the rest
 MIN_LOOK_SECONDS = 0.05
 
 
-class PushWorker:
+class PushWorker(tasks.Periodic):
     """Start it with ``start``; ``run_once`` sends everything due now and waits for it (tests, tools)."""
 
     def __init__(self, ctx: Context, sender: PushSender, concurrency: int = CONCURRENCY) -> None:
+        # A round that fails (the database may be away for a while) is tried again a moment later.
+        super().__init__(
+            "tapgate-push", self._round, self._until_due, failed="push worker round failed", log=log
+        )
         self.ctx = ctx
         self.sender = sender
         self.stats = PushStats()
@@ -35,15 +39,23 @@ class PushWorker:
         self._in_flight: set[asyncio.Task[None]] = set()
         self._slot_freed = asyncio.Event()
         self._backlog: set[str] = set()  # tenants with more due rows than there were free slots
-        self._task: asyncio.Task[None] | None = None
+        self._subscriptions = contextlib.ExitStack()  # to the tenants and their outboxes, while it runs
+        self._tenants_changed: Woken | None = None
+        self._woken: dict[str, Woken] = {}  # each tenant's outbox
+        self._look_at: dict[str, float] = {}  # loop time of each tenant's next look
+        self._refresh_at = 0.0
 
     async def start(self) -> None:
         self._slot_freed = asyncio.Event()  # bound to the loop that runs the gateway
-        self._task = asyncio.create_task(self._run(), name="tapgate-push")
+        self._tenants_changed = self._subscriptions.enter_context(self.ctx.wake.subscribe(TENANTS_KEY))
+        await super().start()
 
     async def close(self) -> None:
-        await tasks.stop(self._task)
-        self._task = None
+        await super().close()
+        self._subscriptions.close()
+        self._woken.clear()
+        self._look_at.clear()
+        self._refresh_at = 0.0
         if self._in_flight:
             await asyncio.wait(set(self._in_flight), timeout=CLOSE_GRACE_SECONDS)
         for task in set(self._in_flight):
@@ -92,46 +104,47 @@ class PushWorker:
         if not task.cancelled() and task.exception() is not None:
             log.error("push send failed", extra={"error": type(task.exception()).__name__})
 
-    async def _run(self) -> None:
+    def _sweep_seconds(self) -> float:
+        sweep = self.ctx.limits.push_sweep_seconds
+        if self.ctx.wake.degraded:  # notifications may be missed: look more often
+            sweep = min(sweep, self.ctx.limits.invocation_poll_seconds)
+        return sweep
+
+    async def _round(self) -> None:
+        """Send what is due in each tenant whose outbox was notified, has a backlog or is due a look."""
         loop = asyncio.get_running_loop()
-        wake = self.ctx.wake
-        with contextlib.ExitStack() as subscriptions:
-            tenants_changed = subscriptions.enter_context(wake.subscribe(TENANTS_KEY))
-            woken: dict[str, Woken] = {}
-            look_at: dict[str, float] = {}  # loop time of each tenant's next look
-            refresh_at = 0.0
-            while True:
-                sweep = self.ctx.limits.push_sweep_seconds
-                if wake.degraded:  # notifications may be missed: look more often
-                    sweep = min(sweep, self.ctx.limits.invocation_poll_seconds)
-                try:
-                    if tenants_changed.is_set() or loop.time() >= refresh_at:
-                        # Subscribe before the first look, so no row committed in between is missed.
-                        tenants_changed.clear()
-                        for tenant_id in await self.ctx.store.tenant_ids():
-                            if tenant_id not in woken:
-                                woken[tenant_id] = subscriptions.enter_context(
-                                    wake.subscribe(outbox_key(tenant_id))
-                                )
-                                look_at[tenant_id] = loop.time()
-                        refresh_at = loop.time() + sweep
-                    self._slot_freed.clear()
-                    for tenant_id, event in woken.items():
-                        if event.is_set() or tenant_id in self._backlog or loop.time() >= look_at[tenant_id]:
-                            event.clear()
-                            due_in = await self.dispatch(tenant_id)
-                            # A row due now yet unclaimed is locked by another transaction: look soon.
-                            wait = sweep if due_in is None else max(MIN_LOOK_SECONDS, min(sweep, due_in))
-                            look_at[tenant_id] = loop.time() + wait
-                except Exception as e:  # the database may be away for a while: try again later
-                    log.error("push worker round failed", extra={"error": type(e).__name__})
-                    await asyncio.sleep(min(sweep, 1.0))
-                    continue
-                waiting = [tenants_changed, *woken.values()]
-                if self._backlog:
-                    waiting.append(self._slot_freed)
-                until = min([refresh_at, *look_at.values()])
-                await _first_of(waiting, max(0.0, until - loop.time()))
+        sweep = self._sweep_seconds()
+        assert self._tenants_changed is not None  # started
+        if self._tenants_changed.is_set() or loop.time() >= self._refresh_at:
+            # Subscribe before the first look, so no row committed in between is missed.
+            self._tenants_changed.clear()
+            for tenant_id in await self.ctx.store.tenant_ids():
+                if tenant_id not in self._woken:
+                    self._woken[tenant_id] = self._subscriptions.enter_context(
+                        self.ctx.wake.subscribe(outbox_key(tenant_id))
+                    )
+                    self._look_at[tenant_id] = loop.time()
+            self._refresh_at = loop.time() + sweep
+        self._slot_freed.clear()
+        for tenant_id, event in self._woken.items():
+            if event.is_set() or tenant_id in self._backlog or loop.time() >= self._look_at[tenant_id]:
+                event.clear()
+                due_in = await self.dispatch(tenant_id)
+                # A row due now yet unclaimed is locked by another transaction: look soon.
+                wait = sweep if due_in is None else max(MIN_LOOK_SECONDS, min(sweep, due_in))
+                self._look_at[tenant_id] = loop.time() + wait
+
+    async def _until_due(self, failed: bool) -> None:
+        """Until a notification, a freed slot for a backlog, or the next look that is due."""
+        if failed:
+            await asyncio.sleep(min(self._sweep_seconds(), 1.0))
+            return
+        assert self._tenants_changed is not None  # started
+        waiting = [self._tenants_changed, *self._woken.values()]
+        if self._backlog:
+            waiting.append(self._slot_freed)
+        until = min([self._refresh_at, *self._look_at.values()])
+        await _first_of(waiting, max(0.0, until - asyncio.get_running_loop().time()))
 
 
 async def _first_of(events: Iterable[Woken], seconds: float) -> None:

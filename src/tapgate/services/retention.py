@@ -13,19 +13,17 @@ forward and back) waits at most until then, or until that younger one is old."""
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 
 from tapgate import tasks
-from tapgate.domain.devices import PHONE_ACTIONS
+from tapgate.domain.capabilities import MESSAGE_CAPABILITIES
 from tapgate.domain.events import INGEST_MESSAGE
 from tapgate.services.context import Context
 
 log = logging.getLogger(__name__)
-TEXT_CAPABILITIES = ("sms_send", PHONE_ACTIONS)
 FIELDS = ("body", "sender")  # what a forwarded message holds of what was said, and by whom
 EVERY_SECONDS = 3600.0
 
@@ -53,26 +51,21 @@ async def prune(ctx: Context, events_after: Mapping[str, int] | None = None) -> 
             # and must not wait while this transaction holds rows a writer holding the head may need.
             erased, through[tenant_id] = await uow.events.erase_bodies(INGEST_MESSAGE, FIELDS, before, after)
             events += erased
-            invocations += await uow.invocations.erase_texts(before, TEXT_CAPABILITIES)
-            invocations += await uow.approvals.erase_texts(before, TEXT_CAPABILITIES)
+            invocations += await uow.invocations.erase_texts(before, MESSAGE_CAPABILITIES)
+            invocations += await uow.approvals.erase_texts(before, MESSAGE_CAPABILITIES)
             notices += await uow.outbox.expire_held(notices_before)
     return Pruned(invocations, events, notices, through)
 
 
-class RetentionSweeper:
+class RetentionSweeper(tasks.Periodic):
     """Prunes once an hour in the background (and once at start)."""
 
     def __init__(self, ctx: Context, every: float = EVERY_SECONDS) -> None:
+        super().__init__(
+            "tapgate-retention", self._round, tasks.every(every), failed="retention prune failed", log=log
+        )
         self._ctx = ctx
-        self._every = every
-        self._task: asyncio.Task[None] | None = None
         self.events_through: Mapping[str, int] = {}  # by tenant, from the last round
-
-    def start(self) -> None:
-        self._task = asyncio.create_task(self._run(), name="tapgate-retention")
-
-    async def close(self) -> None:
-        await tasks.stop(self._task)
 
     async def sweep(self) -> Pruned:
         """One round: erase what became older than the retention period since the last one."""
@@ -80,19 +73,10 @@ class RetentionSweeper:
         self.events_through = pruned.events_through
         return pruned
 
-    async def _run(self) -> None:
-        while True:
-            try:
-                pruned = await self.sweep()
-                if pruned.invocations or pruned.events or pruned.notices:
-                    log.info(
-                        "erased old bodies",
-                        extra={
-                            "invocations": pruned.invocations,
-                            "events": pruned.events,
-                            "notices": pruned.notices,
-                        },
-                    )
-            except Exception as e:  # a failed prune is tried again at the next round
-                log.error("retention prune failed", extra={"error": type(e).__name__})
-            await asyncio.sleep(self._every)
+    async def _round(self) -> None:
+        pruned = await self.sweep()  # one that fails is tried again at the next round
+        if pruned.invocations or pruned.events or pruned.notices:
+            log.info(
+                "erased old bodies",
+                extra={"invocations": pruned.invocations, "events": pruned.events, "notices": pruned.notices},
+            )

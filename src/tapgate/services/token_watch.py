@@ -22,7 +22,8 @@ from tapgate.domain.errors import StorageError, Unauthenticated
 from tapgate.domain.principals import Principal
 from tapgate.domain.tokens import parse_token
 from tapgate.ports import Woken
-from tapgate.services.context import Context, auth_key, wait_slice
+from tapgate.services.context import Context, auth_key
+from tapgate.services.waiting import wait_slice
 
 log = logging.getLogger(__name__)
 IDLE_RECHECK_SECONDS = 300.0  # a held token is re-read this often even when nothing was notified

@@ -14,7 +14,8 @@ from tapgate.domain.events import TOOLS_CHANGED
 from tapgate.domain.principals import Principal, Scope, TokenKind
 from tapgate.domain.tools import ToolFormat, device_tool, phone_action_tool
 from tapgate.ports import Store, UnitOfWork
-from tapgate.services.context import Context, events_key, sleep_until_woken, tools_key
+from tapgate.services.context import Context, events_key, tools_key
+from tapgate.services.waiting import sleep_until_woken
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,7 +4,6 @@ whole batch of tokens."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 from collections import defaultdict
@@ -20,14 +19,24 @@ EVERY_SECONDS = 60.0  # a token's last_used_at moves at most this often
 FLUSH_SECONDS = 15.0  # how often noted uses are written
 
 
-class UsageRecorder:
+class UsageRecorder(tasks.Periodic):
+    """Notes uses in memory; writes them every ``FLUSH_SECONDS`` in the background, and at close."""
+
     def __init__(self, store: Store, clock: Clock, every: float = EVERY_SECONDS) -> None:
+        super().__init__(
+            "tapgate-token-usage",
+            self.flush,
+            tasks.every(FLUSH_SECONDS),
+            failed="token uses not recorded",
+            log=log,
+            at_start=False,
+            level=logging.WARNING,
+        )
         self._store = store
         self._clock = clock
         self._every = every
         self._written: dict[tuple[str, str], datetime] = {}
         self._due: dict[tuple[str, str], datetime] = {}
-        self._task: asyncio.Task[None] | None = None
 
     def seen(self, principal: Principal) -> None:
         """Note a use now; a dictionary lookup, no I/O."""
@@ -55,17 +64,7 @@ class UsageRecorder:
         if len(self._written) > 100_000:
             self._written.clear()
 
-    async def start(self) -> None:
-        self._task = asyncio.create_task(self._run(), name="tapgate-token-usage")
-
     async def close(self) -> None:
-        if self._task is not None:
-            await tasks.stop(self._task)
-            self._task = None
+        await super().close()
         with contextlib.suppress(TapgateError):
-            await self.flush()
-
-    async def _run(self) -> None:
-        while True:
-            await asyncio.sleep(FLUSH_SECONDS)
             await self.flush()

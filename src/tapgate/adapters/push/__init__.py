@@ -19,7 +19,8 @@ from tapgate.adapters.push.apns import ApnsSender
 from tapgate.adapters.push.fcm import FcmSender
 from tapgate.adapters.push.relay import RelaySender
 from tapgate.adapters.push.webpush import WebPushSender
-from tapgate.domain.push import PushFailed, PushMessage
+from tapgate.domain.errors import PushFailed
+from tapgate.domain.push import PushMessage
 from tapgate.ports import PushSender
 
 __all__ = ["ApnsSender", "FcmSender", "PushRouter", "RelaySender", "WebPushSender"]

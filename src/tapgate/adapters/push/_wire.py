@@ -16,7 +16,8 @@ from typing import Any
 import anyio
 import httpx
 
-from tapgate.domain.push import PushFailed, PushMessage
+from tapgate.domain.errors import PushFailed
+from tapgate.domain.push import PushMessage
 
 MAX_REPLY_BYTES = 64 * 1024  # error bodies are small; a reply is never read further than this
 

@@ -21,8 +21,8 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature
 
 from tapgate.adapters.push._wire import Reply, canonical_json, check_kind, compact_jwt, post, refused
-from tapgate.domain.errors import ConfigurationError
-from tapgate.domain.push import PushFailed, PushMessage, SubscriptionGone
+from tapgate.domain.errors import ConfigurationError, PushFailed, SubscriptionGone
+from tapgate.domain.push import PushMessage
 from tapgate.ports import Clock
 
 KIND = "apns"

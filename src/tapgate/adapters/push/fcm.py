@@ -18,8 +18,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import padding, rsa
 
 from tapgate.adapters.push._wire import Reply, canonical_json, check_kind, compact_jwt, post, refused
-from tapgate.domain.errors import ConfigurationError
-from tapgate.domain.push import PushFailed, PushMessage, PushValue, SubscriptionGone
+from tapgate.domain.errors import ConfigurationError, PushFailed, SubscriptionGone
+from tapgate.domain.push import PushMessage, PushValue
 from tapgate.ports import Clock
 
 KIND = "fcm"

@@ -18,7 +18,8 @@ import anyio
 import httpx
 
 from tapgate.adapters.push._wire import canonical_json, post, refused
-from tapgate.domain.push import PushFailed, PushMessage
+from tapgate.domain.errors import PushFailed
+from tapgate.domain.push import PushMessage
 from tapgate.ports import Clock
 from tapgate.relay import DELIVERY_HEADER, EVENT_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER, sign
 

@@ -22,8 +22,8 @@ from http_ece import ECEException  # type: ignore[import-untyped]
 from py_vapid import Vapid02, VapidException  # type: ignore[import-untyped]
 
 from tapgate.adapters.push._wire import canonical_json, check_kind, post, refused
-from tapgate.domain.errors import ConfigurationError
-from tapgate.domain.push import PushFailed, PushMessage, SubscriptionGone
+from tapgate.domain.errors import ConfigurationError, PushFailed, SubscriptionGone
+from tapgate.domain.push import PushMessage
 from tapgate.ports import Clock
 
 # The browsers' push services: Chrome and Edge's Chromium (FCM), Firefox (Mozilla autopush), Safari

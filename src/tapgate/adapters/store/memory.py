@@ -15,13 +15,14 @@ from tapgate.adapters.store.tenancy import of_tenant, owned
 from tapgate.adapters.wake.local import LocalWake
 from tapgate.domain.accounts import Credential, Tenant, User
 from tapgate.domain.audit import GENESIS, AuditEntry, AuditRecord, chain_entry
+from tapgate.domain.capabilities import CONFIRMED_ON_SCREEN
 from tapgate.domain.console import ALL_AGENTS, ConsoleSession, SignIn, SignInStatus
 from tapgate.domain.devices import Declared, Device, DeviceStatus, Presence, PushTarget
 from tapgate.domain.errors import Conflict, DuplicateInvocation, StorageError
 from tapgate.domain.events import Event, EventValue
 from tapgate.domain.inbox import Approval, ApprovalStatus, erased_preview
 from tapgate.domain.ingest import Receipt, Triage
-from tapgate.domain.invocations import CONFIRMED_ON_DEVICE, Invocation, Status
+from tapgate.domain.invocations import Invocation, Status
 from tapgate.domain.mandates import Mandate, MandateStatus, utc_day
 from tapgate.domain.notices import NOTICE_EVENTS
 from tapgate.domain.pairing import Pairing
@@ -483,7 +484,7 @@ class _Invocations(_Repo):
         return sum(
             1
             for i in self._mine()
-            if i.user_id == user_id and i.status is Status.PENDING and i.capability in CONFIRMED_ON_DEVICE
+            if i.user_id == user_id and i.status is Status.PENDING and i.capability in CONFIRMED_ON_SCREEN
         )
 
     async def add_late_report(

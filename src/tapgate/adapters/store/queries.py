@@ -14,9 +14,10 @@ from sqlalchemy import bindparam, case, func, literal_column, or_, select, updat
 
 from tapgate.adapters.store import tables as t
 from tapgate.adapters.store.tenancy import join, scoped
+from tapgate.domain.capabilities import CONFIRMED_ON_SCREEN
 from tapgate.domain.devices import DeviceStatus
 from tapgate.domain.inbox import ApprovalStatus
-from tapgate.domain.invocations import CONFIRMED_ON_DEVICE, OPEN, Status
+from tapgate.domain.invocations import OPEN, Status
 from tapgate.domain.mandates import MandateStatus
 
 _cred = t.credentials.c
@@ -153,7 +154,7 @@ COUNT_CONFIRMING = scoped(select(func.count()), over=t.invocations).where(
     _inv.device_uid.in_(scoped(select(_dev.device_uid)).where(_dev.user_id == bindparam("user"))),
     _inv.user_id == bindparam("user"),
     _inv.status == Status.PENDING.value,
-    _inv.capability.in_(CONFIRMED_ON_DEVICE),
+    _inv.capability.in_(CONFIRMED_ON_SCREEN),
 )
 
 # The tenant's chain head: the journal's last number and hash, the last event number, and whether

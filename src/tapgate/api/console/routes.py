@@ -19,7 +19,6 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 
 from tapgate.api import qr as qr_code
 from tapgate.api.console.session import SIGN_IN_COOKIE, Visitor, check_origin, form, gateway, visitor
-from tapgate.domain.audit import BrokenChain
 from tapgate.domain.console import (
     COOKIE_NAME,
     SESSION_LIFETIME,
@@ -28,6 +27,7 @@ from tapgate.domain.console import (
     SignInStatus,
 )
 from tapgate.domain.errors import (
+    BrokenChain,
     Forbidden,
     InvalidInput,
     RateLimited,

@@ -15,6 +15,7 @@ from tapgate.domain.approvals import Decision
 from tapgate.domain.errors import InvalidInput, MalformedRequest
 from tapgate.domain.frames import approval_item
 from tapgate.domain.inbox import Approval
+from tapgate.domain.invocations import MAX_POLL_SECONDS
 from tapgate.services.approving import DecisionBody
 
 router = APIRouter(tags=["approvals"])
@@ -29,7 +30,9 @@ def approval_view(approval: Approval) -> ApprovalView:
 async def inbox(
     caller: AnyCaller,
     gw: GatewayDep,
-    wait: Annotated[float, Query(ge=0, le=60, description="Seconds to wait for one to arrive")] = 0,
+    wait: Annotated[
+        float, Query(ge=0, le=MAX_POLL_SECONDS, description="Seconds to wait for one to arrive")
+    ] = 0,
 ) -> Inbox:
     return Inbox(approvals=[approval_view(a) for a in await gw.inbox(caller, wait)])
 

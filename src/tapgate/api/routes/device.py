@@ -19,6 +19,7 @@ from tapgate.api.schemas import (
     ResultBody,
 )
 from tapgate.api.views import device_invocation, device_view
+from tapgate.domain.invocations import MAX_POLL_SECONDS
 
 router = APIRouter(prefix="/v1/device", tags=["device"], route_class=FastRoute)
 
@@ -44,7 +45,7 @@ async def heartbeat(device: DeviceDep, gw: GatewayDep) -> Response:
 async def pending(
     device: DeviceDep,
     gw: GatewayDep,
-    wait: Annotated[float, Query(ge=0, le=60, description="Seconds to wait for work")] = 0,
+    wait: Annotated[float, Query(ge=0, le=MAX_POLL_SECONDS, description="Seconds to wait for work")] = 0,
 ) -> DeviceInvocations:
     found = await gw.device_pending(device, wait)
     return DeviceInvocations(invocations=[DeviceInvocation(**device_invocation(i)) for i in found])

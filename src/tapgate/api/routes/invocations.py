@@ -9,6 +9,7 @@ from fastapi import APIRouter, Query
 from tapgate.api.auth import Caller, GatewayDep
 from tapgate.api.fast_routes import FastRoute
 from tapgate.api.schemas import InvocationBody, InvocationView
+from tapgate.domain.invocations import MAX_WAIT_SECONDS
 from tapgate.services.invoking import Call
 
 router = APIRouter(prefix="/v1/invocations", tags=["invocations"], route_class=FastRoute)
@@ -36,6 +37,8 @@ async def read(
     invocation_id: str,
     caller: Caller,
     gw: GatewayDep,
-    wait: Annotated[float, Query(ge=0, le=300, description="Seconds to wait for the answer")] = 0,
+    wait: Annotated[
+        float, Query(ge=0, le=MAX_WAIT_SECONDS, description="Seconds to wait for the answer")
+    ] = 0,
 ) -> InvocationView:
     return InvocationView.model_validate((await gw.invocation(caller, invocation_id, wait)).as_dict())
