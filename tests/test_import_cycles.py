@@ -41,7 +41,9 @@ def cycles(graph: grimp.ImportGraph) -> list[list[str]]:
 
 
 def test_no_module_of_tapgate_or_the_bench_imports_itself_back_through_another() -> None:
-    graph = grimp.build_graph("tapgate", "bench", cache_dir=None)
+    # An import made only for the type checker (under TYPE_CHECKING) runs nothing: the error tree names the
+    # invocation a duplicate replay found that way, and the invocations module raises those errors.
+    graph = grimp.build_graph("tapgate", "bench", cache_dir=None, exclude_type_checking_imports=True)
     assert "bench.runner" in graph.modules and "tapgate.cli" in graph.modules
     assert cycles(graph) == [], "import cycles: " + "; ".join(" -> ".join(c) for c in cycles(graph))
 
