@@ -85,12 +85,20 @@ class BoundedHttp(HttpToolsProtocol):
         head = self._head
         if head.open:
             self._arm()
-            head.bytes += len(data)
-            if head.bytes > self.max_head:
-                self._refuse(
-                    431, "too_large", f"The request's headers are over {self.max_head} bytes; send less."
-                )
+            room = self.max_head - head.bytes
+            if len(data) > room:
+                # The parser, given the head's allowance only, says where the head ends: the body (or the
+                # next request) that came in the same write is not the head's and is not counted as such.
+                if room > 0:
+                    self.data_received(data[:room])
+                if head.open and not self.transport.is_closing():
+                    self._refuse(
+                        431, "too_large", f"The request's headers are over {self.max_head} bytes; send less."
+                    )
+                elif not self.transport.is_closing() and self.transport.get_protocol() is self:
+                    self.data_received(data[room:])  # unless the request was a WebSocket's upgrade
                 return
+            head.bytes += len(data)
         super().data_received(data)
         if head.body and head.body_timer is None and not self.transport.is_closing():
             # Armed only when a write left the body short: a body that came with its head costs no timer.
