@@ -10,6 +10,7 @@ import itertools
 import json
 import re
 import secrets
+import socket
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -393,19 +394,30 @@ def _new_user(operator: str, size: int, head_size: int | None = None) -> tuple[b
 
 
 async def _sent_in_pieces(live: Live, request: bytes, cuts: list[int]) -> tuple[int, bytes]:
-    """``request`` written in pieces cut at ``cuts``, each written and drained before the next; the
-    status and body of the server's answer."""
-    reader, writer = await _raw(live)
+    """``request`` written in pieces cut at ``cuts``, each sent whole before the next (the sending
+    stops where the server has closed); the status and body of the server's answer. A plain socket,
+    whose received bytes stay readable after the server closes on a body it did not read."""
+    loop = asyncio.get_running_loop()
     edges = [0, *sorted({c % len(request) for c in cuts} - {0}), len(request)]
-    with contextlib.suppress(ConnectionError):
-        for start, end in itertools.pairwise(edges):
-            writer.write(request[start:end])
-            await writer.drain()
-    try:
-        status, _, body = await asyncio.wait_for(_response(reader), timeout=10)
-        return status, body
-    finally:
-        writer.close()
+    with socket.create_connection(("127.0.0.1", live.server.port)) as sock:
+        sock.setblocking(False)
+        with contextlib.suppress(ConnectionError):
+            for start, end in itertools.pairwise(edges):
+                await asyncio.wait_for(loop.sock_sendall(sock, request[start:end]), timeout=10)
+        answer = b""
+        with contextlib.suppress(ConnectionError):
+            while not _whole(answer) and (chunk := await asyncio.wait_for(loop.sock_recv(sock, 65536), 10)):
+                answer += chunk
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert _whole(answer), answer[:300]
+    return int(head.split(b" ", 2)[1]), body
+
+
+def _whole(answer: bytes) -> bool:
+    """Whether ``answer`` holds a whole response: its head, and as much body as it announced."""
+    head, found, body = answer.partition(b"\r\n\r\n")
+    length = re.search(rb"(?im)^content-length:\s*(\d+)", head)
+    return bool(found and length and len(body) >= int(length.group(1)))
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -366,18 +366,20 @@ def _plain_http(public_url: str, host: str, http_port: int, cert: str | None) ->
 def _serve_gateway(
     settings: Settings, host: str, port: int, workers: int, cert: str | None, key: str | None
 ) -> None:
-    from tapgate.api.bounded_http import BoundedHttp
+    from tapgate.api.bounded_http import BoundedHttp, LightHttp
+    from tapgate.bootstrap import bypasses_off
     from tapgate.supervisor import serve_workers
 
+    off = bypasses_off()
     serve_workers(
         "tapgate.bootstrap:app_from_environment",
         factory=True,
         host=host,
         port=port,
         workers=workers,
-        **UVICORN_OPTIONS,
+        **UVICORN_OPTIONS | ({"ws": "websockets-sansio"} if "light_ws" in off else {}),
         # Bounded resources: each process sets BoundedHttp's limits from its settings.
-        http=BoundedHttp,
+        http=BoundedHttp if "light_http" in off else LightHttp,
         h11_max_incomplete_event_size=settings.max_header_bytes,
         ws_max_size=settings.ws_max_frame_bytes,
         # Long-polls and device links would hold a shutdown for up to a minute; devices reconnect.

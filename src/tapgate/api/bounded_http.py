@@ -61,11 +61,9 @@ class BoundedHttp(HttpToolsProtocol):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._head = _Head()
-        self.pipeline = _Pipeline()  # type: ignore[assignment]
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
-        self.flow._is_writable_event = _raised()  # type: ignore[assignment]
         if len(self.connections) > self.max_connections:  # this one counted: it is one too many
             self._over_cap()
             return
@@ -110,16 +108,17 @@ class BoundedHttp(HttpToolsProtocol):
         before = self.cycle
         super().on_headers_complete()
         if self.cycle is not before:  # a request's cycle, made just now: its task has not run yet
-            self.cycle.message_event = Flag()  # type: ignore[assignment]
-            self._head.body = True  # until the message is complete (at once for a request without one)
+            self._new_cycle()
+
+    def _new_cycle(self) -> None:
+        self._head.body = True  # until the message is complete (at once for a request without one)
 
     def on_message_complete(self) -> None:
         self._body_done()
         super().on_message_complete()
-
-    def on_response_complete(self) -> None:
-        super().on_response_complete()
-        self._head.open, self._head.bytes = True, 0  # the next request on this connection
+        # What comes next is the next request's head, though this one may not be answered yet; and
+        # until now it was this request's body, though it may have been answered already.
+        self._head.open, self._head.bytes = True, 0
 
     def _arm(self) -> None:
         if self._head.timer is None:
@@ -193,6 +192,23 @@ class BoundedHttp(HttpToolsProtocol):
         if not self.transport.is_closing():
             self.transport.write(head + body)
             self.transport.close()
+
+
+class LightHttp(BoundedHttp):
+    """``BoundedHttp`` holding less for a request that waits: ``Flag``s for uvicorn's events and a
+    pipeline queue made only when a request is pipelined."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.pipeline = _Pipeline()  # type: ignore[assignment]
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self.flow._is_writable_event = _raised()  # type: ignore[assignment]
+
+    def _new_cycle(self) -> None:
+        super()._new_cycle()
+        self.cycle.message_event = Flag()  # type: ignore[assignment]
 
 
 class _Head:

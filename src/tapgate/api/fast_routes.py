@@ -165,10 +165,11 @@ class FastRoute(APIRoute):
     serves any route. Its OpenAPI description is FastAPI's, from the same signature."""
 
     planned: bool = False
+    planning: typing.ClassVar[bool] = True  # off: every route is served as FastAPI serves it
 
     def get_route_handler(self) -> Handler:
         standard = super().get_route_handler()
-        plan = plan_for(self)
+        plan = plan_for(self) if self.planning else None
         self.planned = plan is not None
         if plan is None:
             return standard

@@ -98,13 +98,17 @@ def _row_type(names: list[str]) -> Any:
 class RawStatements:
     """The compiled hot statements of one dialect."""
 
-    def __init__(self, dialect: Dialect) -> None:
+    def __init__(self, dialect: Dialect, on_driver: bool = True) -> None:
+        """``on_driver`` off: SQLAlchemy runs every statement, the hot ones too."""
         self.dialect = dialect
+        self.on_driver = on_driver
         self._compiled: dict[tuple[int, tuple[str, ...]], Compiled | None] = {}
 
     def find(self, statement: Executable, parameters: Any) -> Compiled | None:
         """``statement`` compiled for the driver if it is a hot one (None if not: SQLAlchemy runs it)."""
-        if not is_hot(statement) or not (parameters is None or isinstance(parameters, Mapping)):
+        if not self.on_driver or not is_hot(statement):
+            return None
+        if not (parameters is None or isinstance(parameters, Mapping)):
             return None
         columns = tuple(parameters) if parameters and isinstance(statement, Insert) else ()
         key = (id(statement), columns)

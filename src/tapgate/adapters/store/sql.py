@@ -58,6 +58,7 @@ class SqlStore:
         wake: LocalWake | None = None,
         sqlite: SqliteDatabase | None = None,
         database_notify: bool = True,
+        raw_statements: bool = True,
     ) -> None:
         self.engine = engine
         self.sqlite = sqlite
@@ -65,7 +66,7 @@ class SqlStore:
         self.is_postgres = sqlite is None
         self.database_notify = database_notify
         self.origin = secrets.token_hex(8)  # names this process's notifications (``wake/postgres.py``)
-        self._raw = RawStatements(engine.dialect) if engine is not None else None
+        self._raw = RawStatements(engine.dialect, raw_statements) if engine is not None else None
         self._sealer = _Sealer(self)
 
     def unit_of_work(self, tenant_id: str) -> _UnitOfWork:
@@ -273,7 +274,11 @@ def _quiet_drivers() -> None:
 
 
 def open_sql_store(
-    database_url: str, pool_size: int = 20, wake: LocalWake | None = None, database_notify: bool = True
+    database_url: str,
+    pool_size: int = 20,
+    wake: LocalWake | None = None,
+    database_notify: bool = True,
+    raw_statements: bool = True,
 ) -> SqlStore:
     """A store for ``database_url`` with tapgate's connection settings.
 
@@ -285,10 +290,10 @@ def open_sql_store(
     _quiet_drivers()
     url = engine_url(database_url)
     if url.get_backend_name() == "sqlite":
-        return SqlStore(None, wake, SqliteDatabase(url))
+        return SqlStore(None, wake, SqliteDatabase(url, raw_statements=raw_statements))
     engine = create_async_engine(url, pool_size=pool_size, max_overflow=0)
     count(engine.sync_engine)
-    return SqlStore(engine, wake, database_notify=database_notify)
+    return SqlStore(engine, wake, database_notify=database_notify, raw_statements=raw_statements)
 
 
 class _Sealer:
