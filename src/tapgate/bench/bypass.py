@@ -5,7 +5,8 @@ turns, each ratio (without / with) the median of the turns' ratios. A bypass is 
 moves a ratio by at least 5% in its favour, beyond the spread of its turns.
 
 The rows are DESIGN §16's: the round trips (WebSocket and long-poll device) and the throughput of fifty
-pairs on each engine, and the memory of idle devices (WebSocket links and held long-polls).
+pairs on each engine, and the memory of idle devices (WebSocket links and held long-polls). Beside each
+figure, the server's CPU a call: on a machine busy with other work it moves less than the times do.
 """
 
 from __future__ import annotations
@@ -105,6 +106,7 @@ async def _calls(
             for kind, row in kinds.items():
                 measures[label, kind] = _measure(stage, kind, row, served, pairs)
         taken: dict[tuple[str, str], list[float | None]] = {key: [] for key in measures}
+        cpu: dict[tuple[str, str], list[float | None]] = {key: [] for key in measures}
         labels = [label for label, _ in variants]
         for turn in range(sizes.turns):
             order = labels[turn % len(labels) :] + labels[: turn % len(labels)]
@@ -112,8 +114,14 @@ async def _calls(
                 for label in order:
                     measured = await measures[label, kind]()
                     taken[label, kind].append(measured.value)
-                    say(f"  turn {turn + 1}: {engine} {kind} {label}: {measured.value}")
-    return [_figure(engine, kind, label, taken) for kind in kinds for label in labels]
+                    server = measured.detail.get("cpu_ms_per_invocation", {}).get("server")
+                    cpu[label, kind].append(server)
+                    say(f"  turn {turn + 1}: {engine} {kind} {label}: {measured.value} ({server} ms CPU)")
+    return [
+        _figure(engine, kind, label, taken) | {"server_cpu_ms": _figure(engine, kind, label, cpu)}
+        for kind in kinds
+        for label in labels
+    ]
 
 
 def _measure(
