@@ -1,8 +1,8 @@
-"""tapgate's HTTP protocol (api/bounded_http.py) keeps uvicorn's behaviour with less held per connection:
-pipelined requests are answered in order, a response waits while the transport is full and goes on when
-it drains, and a connection's protocol holds no dictionary of its own, no deque and no event before its
-first request. The protocol is driven through its asyncio interface with a transport that records what is
-written, as the event loop would drive it; the live server answers pipelined requests in
+"""tapgate's lighter HTTP protocol (api/fast/light_http.py) keeps uvicorn's behaviour with less held per
+connection: pipelined requests are answered in order, a response waits while the transport is full and
+goes on when it drains, and a connection's protocol holds no dictionary of its own, no deque and no event
+before its first request. The protocol is driven through its asyncio interface with a transport that
+records what is written, as the event loop would drive it; the live server answers pipelined requests in
 tests/test_bounded_resources.py."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 from uvicorn.config import Config
 from uvicorn.server import ServerState
 
-from tapgate.api.bounded_http import LightHttp
+from tapgate.api.fast.light_http import LightHttp
 
 
 class Transport(asyncio.Transport):

@@ -12,6 +12,7 @@ import contextlib
 import itertools
 import json
 import re
+import secrets
 import socket
 import sqlite3
 from collections.abc import Iterator
@@ -23,16 +24,23 @@ import httpx
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
+from websockets.exceptions import ConnectionClosed, InvalidStatus
+from websockets.sync.client import connect
 
 from tapgate.adapters.store.migrate import migrate
+from tapgate.bootstrap import bypasses_off
+from tapgate.domain.errors import ConfigurationError
 from tests.conftest import blocking
 from tests.live import Server, new_tenant, write_config
+from tests.test_fuzz_link import TOOL, _frames, _Oversized, _wire
 from tests.world import LAMP, bearer, device_body
 
 MAX_BODY = 2048  # both servers' max_body_bytes: an oversized body is cheap to send
 CALL = {"tool": "device__desk_lamp__set_light", "arguments": {"on": True}}
-# The bypasses a server can leave out whose answers travel over HTTP (the other ones are the device link's).
-HTTP_BYPASSES = ["raw_sql"]
+# The bypasses that serve requests over HTTP, and those that serve the device link.
+HTTP_BYPASSES = ["ahead", "light_http", "raw_sql"]
+LINK_BYPASSES = ["link", "light_ws", "raw_sql"]
+SECONDS = 30  # a bound on each wait for a gateway, far above what it takes on a busy machine
 
 
 @dataclass
@@ -71,7 +79,7 @@ def _seed(folder: Path, url: str) -> dict[str, str]:
     }
 
 
-@pytest.fixture(scope="module", params=HTTP_BYPASSES)
+@pytest.fixture(scope="module")
 def twins(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Twins]:
     folder = tmp_path_factory.mktemp(f"twins-{request.param}")
     first = folder / "with.db"
@@ -89,7 +97,8 @@ def twins(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFacto
         ("without", second, {"TAPGATE_BYPASS_OFF": request.param}),
     ):
         (folder / name).mkdir()
-        config = write_config(folder / name, f"sqlite:///{database}", max_body_bytes=MAX_BODY)
+        url = f"sqlite:///{database}"
+        config = write_config(folder / name, url, max_body_bytes=MAX_BODY, invocation_timeout_seconds=600)
         server = Server(config, env=env).start()
         sides.append(Twin(server, database, []))
     try:
@@ -136,6 +145,7 @@ def _request(method: str, path: str, body: bytes | None, headers: dict[str, str]
 
 
 _NEW = ("id", "created_at", "expires_at", "resolved_at", "delivered_at", "receipt")
+_CALL_ID = re.compile(r"inv_[0-9a-f]{16,}")
 
 
 def _comparable(value: Any) -> Any:
@@ -144,6 +154,8 @@ def _comparable(value: Any) -> Any:
         return {k: _comparable(v) for k, v in value.items() if k not in _NEW}
     if isinstance(value, list):
         return [_comparable(v) for v in value]
+    if isinstance(value, str):
+        return _CALL_ID.sub("inv_…", value)
     return value
 
 
@@ -197,6 +209,7 @@ def _headers(twins: Twins, auth: str | None, content_type: str | None = None) ->
 @example(body=json.dumps(CALL).encode(), auth="agent", content_type="application/json", cuts=[])
 @example(body=OVER, auth="agent", content_type="application/json", cuts=[7, 300])
 @example(body=REPEATED, auth="agent", content_type="application/json", cuts=[])
+@pytest.mark.parametrize("twins", HTTP_BYPASSES, indirect=True)
 async def test_an_agents_call_is_answered_alike_with_and_without_the_bypass(
     twins: Twins, body: bytes, auth: str | None, content_type: str | None, cuts: list[int]
 ) -> None:
@@ -211,6 +224,7 @@ async def test_an_agents_call_is_answered_alike_with_and_without_the_bypass(
     wait=st.sampled_from([None, "0", "0.01", "abc", "-1", "301"]),
     cuts=_cuts,
 )
+@pytest.mark.parametrize("twins", HTTP_BYPASSES, indirect=True)
 async def test_an_agents_read_is_answered_alike_with_and_without_the_bypass(
     twins: Twins, auth: str | None, known: bool, wait: str | None, cuts: list[int]
 ) -> None:
@@ -226,6 +240,7 @@ async def test_an_agents_read_is_answered_alike_with_and_without_the_bypass(
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(auth=_auth, wait=st.sampled_from([None, "0", "abc", "-1", "61"]), cuts=_cuts)
+@pytest.mark.parametrize("twins", HTTP_BYPASSES, indirect=True)
 async def test_a_devices_long_poll_is_answered_alike_with_and_without_the_bypass(
     twins: Twins, auth: str | None, wait: str | None, cuts: list[int]
 ) -> None:
@@ -247,6 +262,7 @@ _answer = st.fixed_dictionaries(
     cuts=_cuts,
 )
 @example(body=b'{"status": "done"}', auth="lamp", cuts=[])
+@pytest.mark.parametrize("twins", HTTP_BYPASSES, indirect=True)
 async def test_a_devices_answer_is_answered_alike_with_and_without_the_bypass(
     twins: Twins, body: bytes, auth: str | None, cuts: list[int]
 ) -> None:
@@ -260,3 +276,80 @@ async def test_a_devices_answer_is_answered_alike_with_and_without_the_bypass(
 
     await _both(twins, answer, cuts)
     await _both(twins, answer, cuts)  # again: 409 with the first answer, where the first was taken
+
+
+def _link(twin: Twin, auth: str | None, frames: list[str | bytes | _Oversized], call: str, agent: str) -> Any:
+    """A call to the lamp, then a link opened with ``auth`` that sends ``frames``: what the link received
+    (every frame, in no particular order, and how it closed), and the call's state after the link's
+    answer, if it got the call."""
+    url = twin.server.url.replace("http", "ws") + "/v1/device/connect"
+    headers = {"Authorization": auth} if auth else {}
+    got: list[Any] = []
+    oversized = any(isinstance(frame, _Oversized) for frame in frames)
+    with httpx.Client(base_url=twin.server.url, timeout=SECONDS) as http:
+        body = {"tool": TOOL, "arguments": {"on": True}, "invocation_id": call}
+        made = http.post("/v1/invocations", json=body, headers=bearer(agent))
+        assert made.status_code == 200, made.text
+        try:
+            with connect(url, additional_headers=headers, compression=None, open_timeout=SECONDS) as link:
+                for frame in frames:
+                    link.send(_wire(frame))
+                while True:  # each recv is bounded
+                    frame = json.loads(link.recv(timeout=SECONDS))
+                    got.append(_comparable(frame))
+                    if frame.get("type") != "device:invoke":
+                        continue
+                    answer = "done" if frame.get("callId") == call else "failed"
+                    link.send(
+                        json.dumps({"type": "device:result", "callId": frame["callId"], "status": answer})
+                    )
+                    if answer == "done":
+                        break
+                while True:  # up to the call's device:ack: the earlier answers' acks come before it
+                    frame = json.loads(link.recv(timeout=SECONDS))
+                    got.append(_comparable(frame))
+                    if frame.get("type") == "device:ack" and frame.get("callId") == call:
+                        break
+        except ConnectionClosed as closed:
+            code = closed.rcvd.code if closed.rcvd is not None else None
+            # A frame too large is closed unread: a device still sending it may see TCP's reset instead.
+            got.append("closed: too large" if oversized and code in (None, 1009) else f"closed: {code}")
+        except InvalidStatus as refused:
+            got.append(f"refused: {refused.response.status_code}")
+        read = http.get(f"/v1/invocations/{call}", headers=bearer(agent))
+    assert read.status_code == 200, read.text
+    return sorted(json.dumps(frame, sort_keys=True) for frame in got), _comparable(read.json())
+
+
+_link_auth = st.sampled_from(["lamp", "agent", None, "Bearer tgd_nope"])
+
+
+@pytest.mark.parametrize("twins", LINK_BYPASSES, indirect=True)
+@settings(
+    max_examples=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+# A frame over the limit closes the link unread, at a moment that races the device's own sends: on a
+# server with each bypass it is closed alike (tests/test_bounded_resources.py, tests/test_fuzz_link.py).
+@given(auth=_link_auth, frames=st.lists(_frames.filter(lambda f: not isinstance(f, _Oversized)), max_size=5))
+@example(auth="lamp", frames=[])
+def test_a_device_link_is_served_alike_with_and_without_the_bypass(
+    twins: Twins, auth: str | None, frames: list[str | bytes | _Oversized]
+) -> None:
+    token = twins.tokens.get(auth or "")
+    header = f"Bearer {token}" if token else auth
+    call = f"dx-{secrets.token_hex(8)}"
+    seen = [_link(side, header, frames, call, twins.tokens["agent"]) for side in twins.sides]
+    assert seen[0] == seen[1]
+    assert _calls(twins.sides[0].database) == _calls(twins.sides[1].database)
+
+
+def test_an_unknown_bypass_name_is_refused_with_the_names_tapgate_knows(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("TAPGATE_BYPASS_OFF", "ahead, warp")
+    with pytest.raises(ConfigurationError, match="names warp, which tapgate does not know; use some of link"):
+        bypasses_off()
+    monkeypatch.setenv("TAPGATE_BYPASS_OFF", "ahead, light_ws")
+    assert bypasses_off() == {"ahead", "light_ws"}

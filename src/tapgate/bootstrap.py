@@ -247,10 +247,9 @@ def build_app(
 BYPASSES = {
     "link": "the device link served ahead of the middleware",
     "ahead": "the planned routes served ahead of the middleware",
-    "plans": "the planned routes served without FastAPI's per-request handler",
     "light_http": "uvicorn's HTTP protocol holding less for a request that waits",
     "light_ws": "uvicorn's WebSocket protocol holding less for an idle link",
-    "raw_sql": "the hot statements run on the database driver, not through SQLAlchemy",
+    "raw_sql": "the hot statements run on sqlite3, not through SQLAlchemy (SQLite)",
 }
 BYPASS_OFF = "TAPGATE_BYPASS_OFF"
 

@@ -81,12 +81,12 @@ ConfigOption = Annotated[
 
 # How `tapgate serve` runs uvicorn; the bench serves its floor with the same options, so keep them here.
 # WebSockets on the sans-I/O protocol: no tasks of its own per connection, so an idle device link costs
-# about 25 KiB and connects in half the time of the older protocol; tapgate's subclass of it holds about
-# 4.5 KiB less a link (api/light_ws.py; docs/performance.md).
+# about 25 KiB and connects in half the time of the older protocol; tapgate's subclass of it holds less
+# a link (api/fast/light_ws.py).
 UVICORN_OPTIONS: dict[str, Any] = {
     "access_log": False,
     "log_config": None,
-    "ws": "tapgate.api.light_ws:LightWebSockets",
+    "ws": "tapgate.api.fast.light_ws:LightWebSockets",
     "ws_per_message_deflate": False,
 }
 
@@ -366,7 +366,8 @@ def _plain_http(public_url: str, host: str, http_port: int, cert: str | None) ->
 def _serve_gateway(
     settings: Settings, host: str, port: int, workers: int, cert: str | None, key: str | None
 ) -> None:
-    from tapgate.api.bounded_http import BoundedHttp, LightHttp
+    from tapgate.api.bounded_http import BoundedHttp
+    from tapgate.api.fast.light_http import LightHttp
     from tapgate.bootstrap import bypasses_off
     from tapgate.supervisor import serve_workers
 

@@ -15,12 +15,11 @@ from starlette.routing import Route, WebSocketRoute
 
 from tapgate import __version__
 from tapgate.api import errors, reference
-from tapgate.api.ahead import ServedAhead
 from tapgate.api.console import headers as console_headers
 from tapgate.api.console import routes as console
 from tapgate.api.db_metrics import register_db_metrics
-from tapgate.api.fast_routes import FastRoute
-from tapgate.api.first import FirstApp
+from tapgate.api.fast.ahead import ServedAhead
+from tapgate.api.fast.first import FirstApp
 from tapgate.api.json_keys import NoRepeatedKeys
 from tapgate.api.lapse import EndOnLapse
 from tapgate.api.mcp import McpEndpoint
@@ -130,7 +129,6 @@ def create_app(
     app.state.stream_slots = StreamSlots(max_streams_per_credential)
     errors.install(app)
     reference.install(app)
-    FastRoute.planning = "plans" not in bypasses_off
     # A request is matched against the routes in order: the ones every call and message runs come first.
     app.include_router(invocations.router, responses=_ERRORS)
     if gateway.device_channel:

@@ -10,13 +10,6 @@ a head is read, lets WebSocket upgrades past, and answers in plain text.
 The body's clock runs only while the body is due from the client: not while uvicorn holds reading back
 because the app has not taken what came (flow control), not while the client waits for ``100 Continue``,
 and never once the app has begun its answer; a request that waits (a long-poll) has its body already.
-
-It also holds less for a request that waits (a held long-poll, an agent's call): where uvicorn makes an
-``asyncio.Event`` for each request and one for each connection's flow control, and a ``deque`` for
-pipelined requests (each about 760 bytes, most of it the deque's first block, made whether used or not),
-these are ``Flag``s and a queue made only when a request is pipelined; and the head's own state is one
-attribute, since a 30th attribute would turn the protocol's compact attributes into a dictionary of its
-own (about 1.3 KiB more a connection).
 """
 
 from __future__ import annotations
@@ -27,8 +20,6 @@ import logging
 from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
-
-from tapgate.flag import Flag
 
 _REASONS = {408: b"Request Timeout", 431: b"Request Header Fields Too Large", 503: b"Service Unavailable"}
 log = logging.getLogger("tapgate.limits")
@@ -194,23 +185,6 @@ class BoundedHttp(HttpToolsProtocol):
             self.transport.close()
 
 
-class LightHttp(BoundedHttp):
-    """``BoundedHttp`` holding less for a request that waits: ``Flag``s for uvicorn's events and a
-    pipeline queue made only when a request is pipelined."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.pipeline = _Pipeline()  # type: ignore[assignment]
-
-    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        super().connection_made(transport)
-        self.flow._is_writable_event = _raised()  # type: ignore[assignment]
-
-    def _new_cycle(self) -> None:
-        super()._new_cycle()
-        self.cycle.message_event = Flag()  # type: ignore[assignment]
-
-
 class _Head:
     """Where the request stands: its head still open, the head's bytes so far, the timer that bounds the
     head's time; its body still due, and the timer that bounds the body's."""
@@ -223,36 +197,3 @@ class _Head:
         self.timer: asyncio.TimerHandle | None = None
         self.body = False
         self.body_timer: asyncio.TimerHandle | None = None
-
-
-class _Pipeline:
-    """The part of ``deque`` uvicorn's protocol uses for pipelined requests (``appendleft``, ``pop``,
-    truth), first in first out, with nothing made until a request is pipelined."""
-
-    __slots__ = ("_items",)
-
-    def __init__(self) -> None:
-        self._items: list[Any] | None = None
-
-    def __bool__(self) -> bool:
-        return bool(self._items)
-
-    def appendleft(self, item: Any) -> None:
-        if self._items is None:
-            self._items = []
-        self._items.insert(0, item)
-
-    def pop(self) -> Any:
-        if not self._items:
-            raise IndexError("pop from an empty pipeline")
-        item = self._items.pop()
-        if not self._items:
-            self._items = None
-        return item
-
-
-def _raised() -> Flag:
-    """A flag that starts set, as uvicorn's flow control's writable event does."""
-    flag = Flag()
-    flag.set()
-    return flag

@@ -58,7 +58,6 @@ class SqlStore:
         wake: LocalWake | None = None,
         sqlite: SqliteDatabase | None = None,
         database_notify: bool = True,
-        raw_statements: bool = True,
     ) -> None:
         self.engine = engine
         self.sqlite = sqlite
@@ -66,7 +65,7 @@ class SqlStore:
         self.is_postgres = sqlite is None
         self.database_notify = database_notify
         self.origin = secrets.token_hex(8)  # names this process's notifications (``wake/postgres.py``)
-        self._raw = RawStatements(engine.dialect, raw_statements) if engine is not None else None
+        self._raw = RawStatements(engine.dialect) if engine is not None else None
         self._sealer = _Sealer(self)
 
     def unit_of_work(self, tenant_id: str) -> _UnitOfWork:
@@ -286,14 +285,15 @@ def open_sql_store(
     overflow beyond a smaller kept pool, whose extra connections the pool would close as each came back
     and open again at the next peak. That churn cost a new server process per connection: about fifty a
     second with three gateways under load, which then served 0.52–0.59 of one gateway's calls a second
-    against 0.83 without it (docs/performance.md, eighth step)."""
+    against 0.83 without it (docs/performance.md, eighth step). ``raw_statements`` off (SQLite): SQLAlchemy
+    runs the hot statements too; on PostgreSQL the unit of work itself runs on asyncpg, and they with it."""
     _quiet_drivers()
     url = engine_url(database_url)
     if url.get_backend_name() == "sqlite":
         return SqlStore(None, wake, SqliteDatabase(url, raw_statements=raw_statements))
     engine = create_async_engine(url, pool_size=pool_size, max_overflow=0)
     count(engine.sync_engine)
-    return SqlStore(engine, wake, database_notify=database_notify, raw_statements=raw_statements)
+    return SqlStore(engine, wake, database_notify=database_notify)
 
 
 class _Sealer:

@@ -14,7 +14,7 @@ from fastapi import FastAPI
 from starlette.types import Receive, Scope, Send
 from starlette.websockets import WebSocket
 
-from tapgate.api.ahead import ServedAhead
+from tapgate.api.fast.ahead import ServedAhead
 from tapgate.api.routes.link import PATH, connect
 
 

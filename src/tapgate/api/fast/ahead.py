@@ -6,7 +6,7 @@ Each layer a request passes through costs CPU on every call, and a request that 
 call held for its answer) keeps a frame of every layer for as long as it waits: Starlette's and FastAPI's
 middleware, routing and exception layers (three ``AsyncExitStack``s among them) and tapgate's own, about
 14 KiB of a held long-poll's 35 (docs/performance.md, fourteenth step). So a request to a route served by
-a plan (``fast_routes.py``), in the shape the plan serves, is served here by one coroutine that does what
+a plan (``plan.py``), in the shape the plan serves, is served here by one coroutine that does what
 the layers would do for it: the request's metrics and access log (``Observe``), the body's limit
 (``BodyLimit``) and its repeated keys (``NoRepeatedKeys``), and for a request that may hold the token's
 stream slot (``StreamLimit``) and its watch (``EndOnLapse``), and the errors' answers (``errors.py``). Any
@@ -28,7 +28,7 @@ from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from tapgate.api.errors import crash_response, tapgate_error_response
-from tapgate.api.fast_routes import Plan, plan_for
+from tapgate.api.fast.plan import Plan, plan_for
 from tapgate.api.json_keys import parse_once
 from tapgate.api.lapse import bearer, holds, serve_watched
 from tapgate.api.middleware import HttpMetrics
