@@ -3,8 +3,8 @@
 A unit of work checks a connection out of SQLAlchemy's pool (``AsyncEngine.raw_connection``: the pool keeps
 its size, its connections' setup and their replacement), begins and sets its tenant in one round trip on
 asyncpg (``begin``), and commits or rolls back there too, with nothing of SQLAlchemy's engine in between:
-its connection and transaction objects, their events and four greenlet hops cost about 100 µs of CPU a
-unit of work (docs/performance.md, twelfth step). Hot statements (``raw.py``) run on the driver as
+its connection and transaction objects, their events and four greenlet hops cost CPU on every unit of
+work. Hot statements (``raw.py``) run on the driver as
 prepared statements (asyncpg's cache, per connection), their parameters and rows converted as
 SQLAlchemy's asyncpg dialect converts them. A statement that is not hot makes SQLAlchemy a connection over
 the same pooled connection, which joins the transaction begun here (``_Begun``) and ends it.

@@ -1,13 +1,13 @@
-"""The hot statements, compiled once by SQLAlchemy and run on the database's own driver (DESIGN §16).
+"""The hot statements, compiled once by SQLAlchemy and run on the database's own driver.
 
-Executing a built statement through SQLAlchemy costs ~14 µs on this machine against ~3.5 µs for the same
-statement through sqlite3, and a call runs about fifteen of them. So the statements every request runs
-(those marked with ``queries.hot``, and each table's INSERT) are compiled once per statement (and, for an
-INSERT, per set of columns) into their SQL text, the order of their parameters with each one's type
-conversion, and the columns they return with theirs; an execution then binds, runs and converts with
-nothing in between. The text is SQLAlchemy's own, so both engines keep running the same statements, and
-every other statement still goes through SQLAlchemy. Each engine runs them its way: ``sqlite_raw.py``
-on sqlite3, ``postgres_raw.py`` on asyncpg.
+Executing a built statement through SQLAlchemy costs several times what the same statement costs through
+the driver, and a call runs about fifteen of them (what that buys: ``tapgate.api.fast``'s docstring). So
+the statements every request runs (those marked with ``queries.hot``, and each table's INSERT) are
+compiled once per statement (and, for an INSERT, per set of columns) into their SQL text, the order of
+their parameters with each one's type conversion, and the columns they return with theirs; an execution
+then binds, runs and converts with nothing in between. The text is SQLAlchemy's own, so both engines keep
+running the same statements, and every other statement still goes through SQLAlchemy. Each engine runs
+them its way: ``sqlite_raw.py`` on sqlite3, ``postgres_raw.py`` on asyncpg.
 """
 
 from __future__ import annotations

@@ -2,8 +2,8 @@
 (a held long-poll, an agent's call).
 
 Where uvicorn makes an ``asyncio.Event`` for each request and one for each connection's flow control, and
-a ``deque`` for pipelined requests (each about 760 bytes, most of it the deque's first block, made whether
-used or not), these are ``Flag``s and a queue made only when a request is pipelined.
+a ``deque`` for pipelined requests (made whether used or not), these are ``Flag``s and a queue made only
+when a request is pipelined.
 """
 
 from __future__ import annotations
