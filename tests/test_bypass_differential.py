@@ -3,7 +3,8 @@ without it answers: two real `tapgate serve` processes, one with every bypass an
 under test (TAPGATE_BYPASS_OFF), start from copies of one database; the same generated request (valid,
 invalid, oversized, a repeated key, no or a wrong token), split at the same random byte boundaries, is
 sent to both over a plain socket, and both give the same status, content type and body, and leave the
-same calls behind in their databases."""
+same calls behind in their databases. A device link sends the same generated frames to both and receives
+the same frames, closes alike, and its call ends alike."""
 
 from __future__ import annotations
 
