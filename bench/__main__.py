@@ -8,7 +8,7 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -63,6 +63,15 @@ def bench(
             show_default=False,
         ),
     ] = None,
+    bypass: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--bypass",
+            help="Instead of the rows: measure what this bypass buys, tapgate with it against tapgate "
+            "without it, in one run ('all' for each); repeat for more. Writes OUT/bypasses.json.",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """The benchmark suite: tapgate against a floor, in one run; prints a table and writes
     results.json, results.md and results.png."""
@@ -102,6 +111,9 @@ def bench(
         profile=profile,
     )
     console = Console(width=None if sys.stdout.isatty() else 160)
+    if bypass:
+        _bench_bypasses(options, bypass, console)
+        return
     results = run(options, lambda line: console.print(line, highlight=False))
     if baseline is not None:
         results.compare(baseline)
@@ -116,6 +128,26 @@ def bench(
         console.print(f"Wrote {out / 'results.json'}, {out / 'results.md'} and {out / 'results.png'}.")
     else:
         console.print(f"Wrote {out / 'results.json'}; install matplotlib (the bench extra) for the plot.")
+
+
+def _bench_bypasses(options: Any, asked: list[str], console: Any) -> None:
+    from bench import bypass
+
+    try:
+        chosen = bypass.names(asked)
+    except ValueError as e:
+        raise fail(str(e)) from None
+
+    def say(line: str) -> None:
+        console.print(line, highlight=False)
+
+    figures = bypass.run(options.sizes, chosen, options.postgres_admin, say)
+    for f in figures:
+        ratio = "" if f["ratio"] is None else f"  ×{f['ratio']:.3f} {f.get('ratio_turns', '')}"
+        say(f"{f['engine']:8} {f['row']:13} {f['variant']:20} {f['value']}{ratio}")
+    options.out.mkdir(parents=True, exist_ok=True)
+    (options.out / "bypasses.json").write_text(json.dumps(figures, indent=1) + "\n")
+    say(f"Wrote {options.out / 'bypasses.json'}.")
 
 
 if __name__ == "__main__":

@@ -75,16 +75,19 @@ class Served:
     port: int = field(default_factory=free_port)
     process: subprocess.Popen[bytes] | None = None
     workers: int = 1
+    env: dict[str, str] = field(default_factory=dict)  # added to the process's environment
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
     @classmethod
-    def tapgate(cls, name: str, config: Path, logs: Path, workers: int = 1) -> Served:
+    def tapgate(
+        cls, name: str, config: Path, logs: Path, workers: int = 1, env: dict[str, str] | None = None
+    ) -> Served:
         port = free_port()
         argv = ["-m", "tapgate", "serve", "--config", str(config), "--port", str(port)]
-        return cls(name, [*argv, "--workers", str(workers)], logs, port, workers=workers)
+        return cls(name, [*argv, "--workers", str(workers)], logs, port, workers=workers, env=env or {})
 
     @classmethod
     def floor(cls, logs: Path, durable: str | None = None, name: str = "floor") -> Served:
@@ -117,7 +120,7 @@ class Served:
                 [sys.executable, *self.argv],
                 stdout=subprocess.DEVNULL,
                 stderr=out,
-                env=os.environ | {"PYTHONUNBUFFERED": "1"},
+                env=os.environ | {"PYTHONUNBUFFERED": "1"} | self.env,
             )
         return log, process
 

@@ -1,8 +1,8 @@
-"""tapgate's HTTP protocol (api/bounded_http.py) keeps uvicorn's behaviour with less held per connection:
-pipelined requests are answered in order, a response waits while the transport is full and goes on when
-it drains, and a connection's protocol holds no dictionary of its own, no deque and no event before its
-first request. The protocol is driven through its asyncio interface with a transport that records what is
-written, as the event loop would drive it; the live server answers pipelined requests in
+"""tapgate's lighter HTTP protocol (api/fast/light_http.py) keeps uvicorn's behaviour with less held per
+connection: pipelined requests are answered in order, a response waits while the transport is full and
+goes on when it drains, and a connection's protocol holds no dictionary of its own, no deque and no event
+before its first request. The protocol is driven through its asyncio interface with a transport that
+records what is written, as the event loop would drive it; the live server answers pipelined requests in
 tests/test_bounded_resources.py."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 from uvicorn.config import Config
 from uvicorn.server import ServerState
 
-from tapgate.api.bounded_http import BoundedHttp
+from tapgate.api.fast.light_http import LightHttp
 
 
 class Transport(asyncio.Transport):
@@ -51,10 +51,10 @@ async def _app(scope: dict[str, Any], receive: Any, send: Any) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
-def _protocol() -> BoundedHttp:
+def _protocol() -> LightHttp:
     config = Config(_app, log_config=None)
     config.load()
-    return BoundedHttp(config, ServerState(), {}, _loop=asyncio.get_running_loop())
+    return LightHttp(config, ServerState(), {}, _loop=asyncio.get_running_loop())
 
 
 async def _until(condition: Any) -> None:
@@ -101,7 +101,7 @@ async def test_a_connection_holds_little_before_its_first_request() -> None:
     try:
         before = tracemalloc.take_snapshot()
         for _ in range(200):
-            protocol = BoundedHttp(config, state, {}, _loop=loop)
+            protocol = LightHttp(config, state, {}, _loop=loop)
             protocol.connection_made(Transport())
             protocol.on_message_begin()
             kept.append(protocol)

@@ -6,8 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import json
 import re
+import secrets
+import socket
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -15,6 +18,8 @@ from typing import Any
 import httpx
 import pytest
 import websockets
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
 
 from tapgate.adapters.store.migrate import migrate
 from tests.conftest import blocking
@@ -369,3 +374,97 @@ async def test_past_max_connections_a_new_connection_gets_503_and_a_freed_slot_t
                     break
     refusals = [x for x in capped.server.logs().splitlines() if "new ones are refused" in x]
     assert len(refusals) == 1 and '"max_connections": 3' in refusals[0]  # said once, not per connection
+
+
+MAX_HEAD = 16_384  # the test server's max_header_bytes (the default)
+MAX_BODY = 65_536  # and its max_body_bytes
+
+
+def _new_user(operator: str, size: int, head_size: int | None = None) -> tuple[bytes, bytes]:
+    """A request that makes a user, its JSON body padded with spaces to ``size`` bytes and, with
+    ``head_size``, its head padded to that many bytes: the head and the body."""
+    body = json.dumps({"user_id": f"u-{secrets.token_hex(6)}"}).encode().ljust(size)
+    fields = ["Content-Type: application/json", f"Content-Length: {len(body)}"]
+    head = _head("POST", "/v1/users", operator, *fields)
+    if head_size is not None:
+        padding = head_size - len(head) - len("X-Pad: \r\n")
+        head = _head("POST", "/v1/users", operator, *fields, "X-Pad: " + "a" * padding)
+        assert len(head) == head_size
+    return head, body
+
+
+async def _sent_in_pieces(live: Live, request: bytes, cuts: list[int]) -> tuple[int, bytes]:
+    """``request`` written in pieces cut at ``cuts``, each sent whole before the next (the sending
+    stops where the server has closed); the status and body of the server's answer. A plain socket,
+    whose received bytes stay readable after the server closes on a body it did not read."""
+    loop = asyncio.get_running_loop()
+    edges = [0, *sorted({c % len(request) for c in cuts} - {0}), len(request)]
+    with socket.create_connection(("127.0.0.1", live.server.port)) as sock:
+        sock.setblocking(False)
+        with contextlib.suppress(ConnectionError):
+            for start, end in itertools.pairwise(edges):
+                await asyncio.wait_for(loop.sock_sendall(sock, request[start:end]), timeout=10)
+        answer = b""
+        with contextlib.suppress(ConnectionError):
+            while not _whole(answer) and (chunk := await asyncio.wait_for(loop.sock_recv(sock, 65536), 10)):
+                answer += chunk
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert _whole(answer), answer[:300]
+    return int(head.split(b" ", 2)[1]), body
+
+
+def _whole(answer: bytes) -> bool:
+    """Whether ``answer`` holds a whole response: its head, and as much body as it announced."""
+    head, found, body = answer.partition(b"\r\n\r\n")
+    length = re.search(rb"(?im)^content-length:\s*(\d+)", head)
+    return bool(found and length and len(body) >= int(length.group(1)))
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(size=st.integers(20, MAX_BODY), cuts=st.lists(st.integers(1, 2**20), max_size=6))
+@example(size=20_000, cuts=[])  # head and a 20 KB body in one write
+@example(size=MAX_BODY, cuts=[])
+async def test_a_body_within_its_bound_is_accepted_however_the_writes_split_the_request(
+    live: Live, home: Home, size: int, cuts: list[int]
+) -> None:
+    head, body = _new_user(home.operator, size)
+    status, answer = await _sent_in_pieces(live, head + body, cuts)
+    assert status == 201, answer
+
+
+async def test_a_head_of_exactly_max_header_bytes_is_read_with_the_body_that_follows_it(
+    live: Live, home: Home
+) -> None:
+    head, body = _new_user(home.operator, 20_000, head_size=MAX_HEAD)
+    status, answer = await _sent_in_pieces(live, head + body, [])
+    assert status == 201, answer
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(cuts=st.lists(st.integers(1, 2**20), max_size=6))
+@example(cuts=[])
+async def test_a_head_one_byte_over_max_header_bytes_gets_431_in_the_error_shape_with_or_without_a_body(
+    live: Live, home: Home, cuts: list[int]
+) -> None:
+    head, body = _new_user(home.operator, 200, head_size=MAX_HEAD + 1)
+    status, error = await _sent_in_pieces(live, head + body, cuts)
+    assert status == 431, error
+    assert json.loads(error) == {
+        "error": {
+            "code": "too_large",
+            "message": f"The request's headers are over {MAX_HEAD} bytes; send less.",
+        }
+    }
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(size=st.integers(MAX_BODY + 1, MAX_BODY + 5000), cuts=st.lists(st.integers(1, 2**20), max_size=6))
+async def test_a_body_over_its_bound_gets_413_in_the_error_shape_however_the_writes_split_it(
+    live: Live, home: Home, size: int, cuts: list[int]
+) -> None:
+    head, body = _new_user(home.operator, size)
+    status, error = await _sent_in_pieces(live, head + body, cuts)
+    assert status == 413, error
+    assert json.loads(error) == {
+        "error": {"code": "too_large", "message": f"The body is over {MAX_BODY} bytes; send less."}
+    }

@@ -1,6 +1,7 @@
-"""The WebSocket protocol tapgate serves links with (api/light_ws.py) keeps uvicorn's behaviour: its inbox
-hands messages over first in, first out, to the waiter woken first, and loses none to a waiter cancelled
-after it was woken. The links themselves run on it in every live test (tests/test_device_protocol_live.py)."""
+"""The WebSocket protocol tapgate serves links with (api/fast/light_ws.py) keeps uvicorn's behaviour: its
+inbox hands messages over first in, first out, to the waiter woken first, and loses none to a waiter
+cancelled after it was woken. The links themselves run on it in every live test
+(tests/test_device_protocol_live.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import asyncio
 
 import pytest
 
-from tapgate.api.light_ws import Inbox, LightWebSockets
+from tapgate.api.fast.light_ws import Inbox, LightWebSockets
 from tapgate.cli import UVICORN_OPTIONS
 
 

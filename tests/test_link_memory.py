@@ -1,6 +1,6 @@
 """A device link lasts hours, so what it keeps is kept for hours (docs/performance.md, idle links). Once a
 link is open and authenticated, nothing of its upgrade request stays: not the headers uvicorn's protocol
-and the websockets library's parser read (api/light_ws.py), not the copy the app was handed in its scope
+and the websockets library's parser read (api/fast/light_ws.py), not the copy the app was handed in its scope
 (api/routes/link.py). Served by a real uvicorn in this process, with ``tapgate serve``'s options, so the
 test can look at every object the process holds; the device is another process, whose own copy of its
 request is not this one's to find."""

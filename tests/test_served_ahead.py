@@ -1,5 +1,5 @@
 """A request to a planned route (an agent's call and its read, a device's long-poll, answer, message,
-heartbeat and capabilities) is served ahead of the framework (api/ahead.py) exactly as the whole stack
+heartbeat and capabilities) is served ahead of the framework (api/fast/ahead.py) exactly as the whole stack
 serves it: the same status, content type and body, the same request metrics, for requests in the plain
 shape and for every other (a malformed or invalid body or query, a repeated key, a body over the limit or
 of no announced length, no token, a bad token, a token of the wrong kind). And the plain ones really pass
@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from tapgate.adapters.clock import FrozenClock
-from tapgate.api.first import FirstApp
+from tapgate.api.fast.first import FirstApp
 from tapgate.bootstrap import build_app
 from tapgate.config import Settings
 from tests.world import LAMP, World, bearer, device_body

@@ -183,7 +183,12 @@ def build_gateway(
                 settings.nats_url, settings.invocation_poll_seconds, nats_credentials(settings)
             )
             background.append(nats)
-        store = open_sql_store(settings.database_url, wake=wake, database_notify=kind == "postgres")
+        store = open_sql_store(
+            settings.database_url,
+            wake=wake,
+            database_notify=kind == "postgres",
+            raw_statements="raw_sql" not in bypasses_off(),
+        )
         url = engine_url(settings.database_url)
         if kind == "postgres" and url.get_backend_name() == "postgresql":
             dsn = url.set(drivername="postgresql").render_as_string(hide_password=False)
@@ -232,7 +237,35 @@ def build_app(
         web_push_key=web_push_key(settings),
         max_streams_per_credential=settings.max_streams_per_credential,
         settle_heap=serving,
+        bypasses_off=bypasses_off(),
     )
+
+
+# The faster paths beside the framework's and the drivers' own, each of which a process can leave out
+# (TAPGATE_BYPASS_OFF=name,…): the bench measures what each buys, and the tests check that a server
+# without it answers as one with it. Not a setting: an operator has no reason to turn one off.
+BYPASSES = {
+    "link": "the device link served ahead of the middleware",
+    "ahead": "the planned routes served ahead of the middleware",
+    "light_http": "uvicorn's HTTP protocol holding less for a request that waits",
+    "light_ws": "uvicorn's WebSocket protocol holding less for an idle link",
+    "raw_sql": "the hot statements run on sqlite3, not through SQLAlchemy (SQLite)",
+}
+BYPASS_OFF = "TAPGATE_BYPASS_OFF"
+
+
+def bypasses_off() -> frozenset[str]:
+    """The bypasses TAPGATE_BYPASS_OFF names (a comma-separated list; empty or unset: none)."""
+    import os
+
+    names = frozenset(n.strip() for n in os.environ.get(BYPASS_OFF, "").split(",") if n.strip())
+    unknown = sorted(names - BYPASSES.keys())
+    if unknown:
+        raise ConfigurationError(
+            f"{BYPASS_OFF} names {', '.join(unknown)}, which tapgate does not know; "
+            f"use some of {', '.join(BYPASSES)}."
+        )
+    return names
 
 
 def app_from_environment() -> FastAPI:

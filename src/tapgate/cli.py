@@ -81,11 +81,11 @@ ConfigOption = Annotated[
 # How `tapgate serve` runs uvicorn; the bench serves its floor with the same options, so keep them here.
 # WebSockets on the sans-I/O protocol: no tasks of its own per connection, so an idle device link costs
 # less memory and connects faster than on the older protocol; tapgate's subclass of it holds less again
-# (api/light_ws.py).
+# (api/fast/light_ws.py).
 UVICORN_OPTIONS: dict[str, Any] = {
     "access_log": False,
     "log_config": None,
-    "ws": "tapgate.api.light_ws:LightWebSockets",
+    "ws": "tapgate.api.fast.light_ws:LightWebSockets",
     "ws_per_message_deflate": False,
 }
 
@@ -366,17 +366,20 @@ def _serve_gateway(
     settings: Settings, host: str, port: int, workers: int, cert: str | None, key: str | None
 ) -> None:
     from tapgate.api.bounded_http import BoundedHttp
+    from tapgate.api.fast.light_http import LightHttp
+    from tapgate.bootstrap import bypasses_off
     from tapgate.supervisor import serve_workers
 
+    off = bypasses_off()
     serve_workers(
         "tapgate.bootstrap:app_from_environment",
         factory=True,
         host=host,
         port=port,
         workers=workers,
-        **UVICORN_OPTIONS,
+        **UVICORN_OPTIONS | ({"ws": "websockets-sansio"} if "light_ws" in off else {}),
         # Bounded resources: each process sets BoundedHttp's limits from its settings.
-        http=BoundedHttp,
+        http=BoundedHttp if "light_http" in off else LightHttp,
         h11_max_incomplete_event_size=settings.max_header_bytes,
         ws_max_size=settings.ws_max_frame_bytes,
         # Long-polls and device links would hold a shutdown for up to a minute; devices reconnect.

@@ -11,15 +11,15 @@ from fastapi import FastAPI
 from fastapi.routing import APIRoute
 from fastapi.telemetry import TelemetryConfig
 from prometheus_client import CollectorRegistry
-from starlette.routing import Route
+from starlette.routing import Route, WebSocketRoute
 
 from tapgate import __version__
 from tapgate.api import errors, reference
-from tapgate.api.ahead import ServedAhead
 from tapgate.api.console import headers as console_headers
 from tapgate.api.console import routes as console
 from tapgate.api.db_metrics import register_db_metrics
-from tapgate.api.first import FirstApp
+from tapgate.api.fast.ahead import ServedAhead
+from tapgate.api.fast.first import FirstApp
 from tapgate.api.json_keys import NoRepeatedKeys
 from tapgate.api.lapse import EndOnLapse
 from tapgate.api.mcp import McpEndpoint
@@ -91,11 +91,13 @@ def create_app(
     web_push_key: str | None = None,
     max_streams_per_credential: int = 8,
     settle_heap: bool = False,
+    bypasses_off: frozenset[str] = frozenset(),
 ) -> FastAPI:
     """The HTTP API over ``gateway``; when the device channel is on, also the MCP server at ``/mcp`` (its
     tool calls held ``mcp_wait`` seconds) and the browser phone app at ``/app`` (``web_push_key`` is the
     VAPID public key it subscribes to Web Push with). Closing the app closes the gateway. ``settle_heap``:
-    the app is the process's one server (``tapgate serve``), so it may tune the process's collector."""
+    the app is the process's one server (``tapgate serve``), so it may tune the process's collector.
+    ``bypasses_off``: the faster paths beside the framework's left out (``bootstrap.BYPASSES``)."""
     mcp = McpHttp(gateway, gateway.public_url, mcp_wait) if gateway.device_channel else None
 
     @asynccontextmanager
@@ -162,14 +164,19 @@ def create_app(
     app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
     app.state.http_metrics = HttpMetrics(app.state.metrics)
     app.add_middleware(Observe, metrics=app.state.http_metrics)
-    app.link_served = gateway.device_channel  # the device link passes through nothing of the above
-    # Nor does a request to a planned route: it is served with what the above do for it.
-    planned = [*invocations.router.routes, *(device.router.routes if gateway.device_channel else [])]
-    app.ahead = ServedAhead(
-        [r for r in planned if isinstance(r, APIRoute)],
-        gateway,
-        app.state.http_metrics,
-        app.state.stream_slots,
-        max_body_bytes,
-    )
+    if "link" in bypasses_off:
+        if gateway.device_channel:
+            app.router.routes.append(WebSocketRoute(link.PATH, link.connect))
+    else:
+        app.link_served = gateway.device_channel  # the device link passes through nothing of the above
+    if "ahead" not in bypasses_off:
+        # Nor does a request to a planned route: it is served with what the above do for it.
+        planned = [*invocations.router.routes, *(device.router.routes if gateway.device_channel else [])]
+        app.ahead = ServedAhead(
+            [r for r in planned if isinstance(r, APIRoute)],
+            gateway,
+            app.state.http_metrics,
+            app.state.stream_slots,
+            max_body_bytes,
+        )
     return app

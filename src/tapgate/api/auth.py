@@ -33,7 +33,7 @@ def gateway(request: Request) -> Gateway:
 
 class ByToken:
     """A caller dependency: the request's bearer token, authenticated by one gateway method (a planned
-    route, fast_routes.py, calls that method itself)."""
+    route, fast/plan.py, calls that method itself)."""
 
     def __init__(self, authenticate: Callable[[Gateway, str], Awaitable[Any]], missing: str) -> None:
         self.authenticate = authenticate
@@ -57,7 +57,7 @@ async def _gateway(request: Request) -> Gateway:
     return gateway(request)
 
 
-GATEWAY_DEPENDENCY = _gateway  # what a planned route (fast_routes.py) passes the gateway for
+GATEWAY_DEPENDENCY = _gateway  # what a planned route (fast/plan.py) passes the gateway for
 GatewayDep = Annotated[Gateway, Depends(_gateway)]
 
 _device = ByToken(

@@ -10,13 +10,6 @@ a head is read, lets WebSocket upgrades past, and answers in plain text.
 The body's clock runs only while the body is due from the client: not while uvicorn holds reading back
 because the app has not taken what came (flow control), not while the client waits for ``100 Continue``,
 and never once the app has begun its answer; a request that waits (a long-poll) has its body already.
-
-It also holds less for a request that waits (a held long-poll, an agent's call): where uvicorn makes an
-``asyncio.Event`` for each request and one for each connection's flow control, and a ``deque`` for
-pipelined requests (each about 760 bytes, most of it the deque's first block, made whether used or not),
-these are ``Flag``s and a queue made only when a request is pipelined; and the head's own state is one
-attribute, since a 30th attribute would turn the protocol's compact attributes into a dictionary of its
-own (about 1.3 KiB more a connection).
 """
 
 from __future__ import annotations
@@ -27,8 +20,6 @@ import logging
 from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
-
-from tapgate.flag import Flag
 
 _REASONS = {408: b"Request Timeout", 431: b"Request Header Fields Too Large", 503: b"Service Unavailable"}
 log = logging.getLogger("tapgate.limits")
@@ -61,11 +52,9 @@ class BoundedHttp(HttpToolsProtocol):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._head = _Head()
-        self.pipeline = _Pipeline()  # type: ignore[assignment]
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
-        self.flow._is_writable_event = _raised()  # type: ignore[assignment]
         if len(self.connections) > self.max_connections:  # this one counted: it is one too many
             self._over_cap()
             return
@@ -85,12 +74,20 @@ class BoundedHttp(HttpToolsProtocol):
         head = self._head
         if head.open:
             self._arm()
-            head.bytes += len(data)
-            if head.bytes > self.max_head:
-                self._refuse(
-                    431, "too_large", f"The request's headers are over {self.max_head} bytes; send less."
-                )
+            room = self.max_head - head.bytes
+            if len(data) > room:
+                # The parser, given the head's allowance only, says where the head ends: the body (or the
+                # next request) that came in the same write is not the head's and is not counted as such.
+                if room > 0:
+                    self.data_received(data[:room])
+                if head.open and not self.transport.is_closing():
+                    self._refuse(
+                        431, "too_large", f"The request's headers are over {self.max_head} bytes; send less."
+                    )
+                elif not self.transport.is_closing() and self.transport.get_protocol() is self:
+                    self.data_received(data[room:])  # unless the request was a WebSocket's upgrade
                 return
+            head.bytes += len(data)
         super().data_received(data)
         if head.body and head.body_timer is None and not self.transport.is_closing():
             # Armed only when a write left the body short: a body that came with its head costs no timer.
@@ -102,16 +99,17 @@ class BoundedHttp(HttpToolsProtocol):
         before = self.cycle
         super().on_headers_complete()
         if self.cycle is not before:  # a request's cycle, made just now: its task has not run yet
-            self.cycle.message_event = Flag()  # type: ignore[assignment]
-            self._head.body = True  # until the message is complete (at once for a request without one)
+            self._new_cycle()
+
+    def _new_cycle(self) -> None:
+        self._head.body = True  # until the message is complete (at once for a request without one)
 
     def on_message_complete(self) -> None:
         self._body_done()
         super().on_message_complete()
-
-    def on_response_complete(self) -> None:
-        super().on_response_complete()
-        self._head.open, self._head.bytes = True, 0  # the next request on this connection
+        # What comes next is the next request's head, though this one may not be answered yet; and
+        # until now it was this request's body, though it may have been answered already.
+        self._head.open, self._head.bytes = True, 0
 
     def _arm(self) -> None:
         if self._head.timer is None:
@@ -199,36 +197,3 @@ class _Head:
         self.timer: asyncio.TimerHandle | None = None
         self.body = False
         self.body_timer: asyncio.TimerHandle | None = None
-
-
-class _Pipeline:
-    """The part of ``deque`` uvicorn's protocol uses for pipelined requests (``appendleft``, ``pop``,
-    truth), first in first out, with nothing made until a request is pipelined."""
-
-    __slots__ = ("_items",)
-
-    def __init__(self) -> None:
-        self._items: list[Any] | None = None
-
-    def __bool__(self) -> bool:
-        return bool(self._items)
-
-    def appendleft(self, item: Any) -> None:
-        if self._items is None:
-            self._items = []
-        self._items.insert(0, item)
-
-    def pop(self) -> Any:
-        if not self._items:
-            raise IndexError("pop from an empty pipeline")
-        item = self._items.pop()
-        if not self._items:
-            self._items = None
-        return item
-
-
-def _raised() -> Flag:
-    """A flag that starts set, as uvicorn's flow control's writable event does."""
-    flag = Flag()
-    flag.set()
-    return flag

@@ -1,13 +1,13 @@
 """The hot statements, compiled once by SQLAlchemy and run on the database's own driver.
 
 Executing a built statement through SQLAlchemy costs several times what the same statement costs through
-sqlite3, and a call runs about fifteen of them. So the statements every request runs
-(those marked with ``queries.hot``, and each table's INSERT) are compiled once per statement (and, for an
-INSERT, per set of columns) into their SQL text, the order of their parameters with each one's type
-conversion, and the columns they return with theirs; an execution then binds, runs and converts with
-nothing in between. The text is SQLAlchemy's own, so both engines keep running the same statements, and
-every other statement still goes through SQLAlchemy. Each engine runs them its way: ``sqlite_raw.py``
-on sqlite3, ``postgres_raw.py`` on asyncpg.
+the driver, and a call runs about fifteen of them (what that buys: ``tapgate.api.fast``'s docstring). So
+the statements every request runs (those marked with ``queries.hot``, and each table's INSERT) are
+compiled once per statement (and, for an INSERT, per set of columns) into their SQL text, the order of
+their parameters with each one's type conversion, and the columns they return with theirs; an execution
+then binds, runs and converts with nothing in between. The text is SQLAlchemy's own, so both engines keep
+running the same statements, and every other statement still goes through SQLAlchemy. Each engine runs
+them its way: ``sqlite_raw.py`` on sqlite3, ``postgres_raw.py`` on asyncpg.
 """
 
 from __future__ import annotations
@@ -98,13 +98,17 @@ def _row_type(names: list[str]) -> Any:
 class RawStatements:
     """The compiled hot statements of one dialect."""
 
-    def __init__(self, dialect: Dialect) -> None:
+    def __init__(self, dialect: Dialect, on_driver: bool = True) -> None:
+        """``on_driver`` off: SQLAlchemy runs every statement, the hot ones too."""
         self.dialect = dialect
+        self.on_driver = on_driver
         self._compiled: dict[tuple[int, tuple[str, ...]], Compiled | None] = {}
 
     def find(self, statement: Executable, parameters: Any) -> Compiled | None:
         """``statement`` compiled for the driver if it is a hot one (None if not: SQLAlchemy runs it)."""
-        if not is_hot(statement) or not (parameters is None or isinstance(parameters, Mapping)):
+        if not self.on_driver or not is_hot(statement):
+            return None
+        if not (parameters is None or isinstance(parameters, Mapping)):
             return None
         columns = tuple(parameters) if parameters and isinstance(statement, Insert) else ()
         key = (id(statement), columns)

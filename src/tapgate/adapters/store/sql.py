@@ -277,18 +277,24 @@ def _quiet_drivers() -> None:
 
 
 def open_sql_store(
-    database_url: str, pool_size: int = 20, wake: LocalWake | None = None, database_notify: bool = True
+    database_url: str,
+    pool_size: int = 20,
+    wake: LocalWake | None = None,
+    database_notify: bool = True,
+    raw_statements: bool = True,
 ) -> SqlStore:
     """A store for ``database_url`` with tapgate's connection settings.
 
     On PostgreSQL at most ``pool_size`` connections, opened as they are first needed and then kept: no
     overflow beyond a smaller kept pool, whose extra connections the pool would close as each came back
     and open again at the next peak. That churn cost a new server process per connection, many a second with
-    several gateways under load, and took a large share of their throughput."""
+    several gateways under load, and took a large share of their throughput. ``raw_statements`` off
+    (SQLite): SQLAlchemy runs the hot statements too; on PostgreSQL the unit of work itself runs on
+    asyncpg, and they with it."""
     _quiet_drivers()
     url = engine_url(database_url)
     if url.get_backend_name() == "sqlite":
-        return SqlStore(None, wake, SqliteDatabase(url))
+        return SqlStore(None, wake, SqliteDatabase(url, raw_statements=raw_statements))
     engine = create_async_engine(url, pool_size=pool_size, max_overflow=0)
     count(engine.sync_engine)
     return SqlStore(engine, wake, database_notify=database_notify)

@@ -243,7 +243,7 @@ class SqliteDatabase:
     PATIENCE = 8  # groups in a row without company before units of work stop waiting
     MOST = 64  # units of work in a group before it commits though more are queued for the store
 
-    def __init__(self, url: URL) -> None:
+    def __init__(self, url: URL, raw_statements: bool = True) -> None:
         path = url.database or ""
         # A database in memory has no WAL; one on disk is checkpointed on a thread of its own.
         self.checkpointer = Checkpointer(path) if path and path != ":memory:" else None
@@ -257,7 +257,7 @@ class SqliteDatabase:
         self._conn: Connection | None = None
         self._sync: SyncConnection | None = None  # over _conn: it keeps nothing of a unit of work's
         self._lock = asyncio.Lock()
-        self._raw = SqliteStatements(self.engine.dialect)
+        self._raw = SqliteStatements(self.engine.dialect, raw_statements)
         self.kept = KeptHeads(self._data_version)  # the chain heads this connection committed
         self._group: _Group | None = None  # units of work that ended in the open transaction
         self._joined = False  # the unit of work running now began inside the group's transaction

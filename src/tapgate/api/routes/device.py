@@ -7,7 +7,6 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Response
 
 from tapgate.api.auth import DeviceDep, GatewayDep
-from tapgate.api.fast_routes import FastRoute
 from tapgate.api.schemas import (
     Capabilities,
     DeviceInvocation,
@@ -21,7 +20,7 @@ from tapgate.api.schemas import (
 from tapgate.api.views import device_invocation, device_view
 from tapgate.domain.invocations import MAX_POLL_SECONDS
 
-router = APIRouter(prefix="/v1/device", tags=["device"], route_class=FastRoute)
+router = APIRouter(prefix="/v1/device", tags=["device"])
 
 
 @router.put("/capabilities", response_model=Redeclared, summary="Re-declare the device's capabilities")

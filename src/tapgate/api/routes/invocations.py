@@ -7,12 +7,11 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 
 from tapgate.api.auth import Caller, GatewayDep
-from tapgate.api.fast_routes import FastRoute
 from tapgate.api.schemas import InvocationBody, InvocationView
 from tapgate.domain.invocations import MAX_WAIT_SECONDS
 from tapgate.services.invoking import Call
 
-router = APIRouter(prefix="/v1/invocations", tags=["invocations"], route_class=FastRoute)
+router = APIRouter(prefix="/v1/invocations", tags=["invocations"])
 
 
 @router.post("", response_model=InvocationView, summary="Call a device tool (refusals are 200s)")

@@ -1,24 +1,22 @@
-"""The hot JSON routes (an agent's call and its read, a device's long-poll, answer and forwarded message)
-without FastAPI's per-request machinery, and with its behaviour.
+"""How a hot route (an agent's call and its read, a device's long-poll, answer and forwarded message) is
+served without FastAPI's per-request machinery, with its behaviour (``ahead.py`` serves by it).
 
 FastAPI resolves a route's parameters for every request with general code: the dependency graph, the
 body's content type, a second validation of the returned model. For a route whose parameters are only a
 JSON body model, path strings, query parameters and tapgate's own dependencies (the gateway, a caller by
-bearer token), ``FastRoute`` plans that work once, when the route is built. A request in the plain shape
-(a JSON object that validates, sent as ``application/json`` with a bearer token; query parameters that
+bearer token), ``plan_for`` makes that work once, when the app is built. A request in the plain shape (a
+JSON object that validates, sent as ``application/json`` with a bearer token; query parameters that
 FastAPI's own field validation accepts) is read, validated with the same model and handed to the same
 endpoint, whose returned model is written as FastAPI writes it. Anything else (a malformed or invalid
-body or query, another content type, no token) goes to FastAPI's own handler, so every error is the one
-FastAPI gives. The work planned once is work FastAPI would otherwise repeat on every request of every
-call. A route with anything more (a header or cookie parameter, another dependency) is served by
-FastAPI unchanged.
+body or query, another content type, no token) is left to FastAPI, so every error is the one FastAPI
+gives. A route with anything more (a header or cookie parameter, another dependency) has no plan.
 """
 
 from __future__ import annotations
 
 import json
 import typing
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,8 +29,6 @@ from pydantic import BaseModel, ValidationError
 from tapgate.api.auth import GATEWAY_DEPENDENCY, ByToken, bearer_token, gateway
 from tapgate.gateway import Gateway
 
-Handler = Callable[[Request], Coroutine[Any, Any, Response]]
-
 
 @dataclass(frozen=True)
 class Plan:
@@ -43,11 +39,6 @@ class Plan:
     by_token: tuple[tuple[str, Callable[[Gateway, str], Awaitable[Any]]], ...]  # the caller's parameter
     gateway: tuple[str, ...]  # parameters that take the gateway
     status_code: int
-
-    async def values(self, request: Request) -> dict[str, Any] | None:
-        """The endpoint's arguments, or None when the request is not in the plain shape."""
-        values = await self.shaped(request)
-        return None if values is None else await self.authenticated(request, values)
 
     async def shaped(self, request: Request, data: Any = None) -> dict[str, Any] | None:
         """The endpoint's arguments but its caller, or None when the request is not in the plain shape
@@ -158,25 +149,3 @@ def plan_for(route: APIRoute) -> Plan | None:
         gateway=tuple(gateways),
         status_code=route.status_code or 200,
     )
-
-
-class FastRoute(APIRoute):
-    """An ``APIRoute`` served by a plan when its parameters allow one (``planned``), else as FastAPI
-    serves any route. Its OpenAPI description is FastAPI's, from the same signature."""
-
-    planned: bool = False
-
-    def get_route_handler(self) -> Handler:
-        standard = super().get_route_handler()
-        plan = plan_for(self)
-        self.planned = plan is not None
-        if plan is None:
-            return standard
-
-        async def handle(request: Request) -> Response:
-            values = await plan.values(request)
-            if values is None:
-                return await standard(request)
-            return plan.respond(await plan.endpoint(**values))
-
-        return handle

@@ -2,17 +2,16 @@
 heartbeat — served ahead of the framework where their route has a plan, with what its layers do for them
 done here.
 
-Each layer a request passes through costs CPU on every call, and a request that waits (a long-poll, a
-call held for its answer) keeps a frame of every layer for as long as it waits: Starlette's and FastAPI's
-middleware, routing and exception layers (three ``AsyncExitStack``s among them) and tapgate's own, a large
-part of what a held long-poll holds. So a request to a route served by
-a plan (``fast_routes.py``), in the shape the plan serves, is served here by one coroutine that does what
-the layers would do for it: the request's metrics and access log (``Observe``), the body's limit
-(``BodyLimit``) and its repeated keys (``NoRepeatedKeys``), and for a request that may hold the token's
-stream slot (``StreamLimit``) and its watch (``EndOnLapse``), and the errors' answers (``errors.py``). Any
-other request — a body over the limit, sent without a length or repeating a key, a stream slot refused,
-anything the plan does not serve — goes through the whole stack with its body replayed, and is answered
-there as always.
+Each layer a request passes through costs CPU on every call, and a request that waits (a long-poll, a call
+held for its answer) keeps a frame of every layer for as long as it waits: Starlette's and FastAPI's
+middleware, routing and exception layers (three ``AsyncExitStack``s among them) and tapgate's own (what
+that costs: the package's docstring). So a request to a route served by a plan (``plan.py``), in the shape
+the plan serves, is served here by one coroutine that does what the layers would do for it: the request's
+metrics and access log (``Observe``), the body's limit (``BodyLimit``) and its repeated keys
+(``NoRepeatedKeys``), and for a request that may hold the token's stream slot (``StreamLimit``) and its
+watch (``EndOnLapse``), and the errors' answers (``errors.py``). Any other request — a body over the
+limit, sent without a length or repeating a key, a stream slot refused, anything the plan does not serve —
+goes through the whole stack with its body replayed, and is answered there as always.
 """
 
 from __future__ import annotations
@@ -28,7 +27,7 @@ from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from tapgate.api.errors import crash_response, tapgate_error_response
-from tapgate.api.fast_routes import Plan, plan_for
+from tapgate.api.fast.plan import Plan, plan_for
 from tapgate.api.json_keys import parse_once
 from tapgate.api.lapse import bearer, holds, serve_watched
 from tapgate.api.middleware import HttpMetrics

@@ -2,7 +2,7 @@
 
 A device's link lives for hours, and a long-poll or an agent's call may wait a minute; each layer such a
 request passed through (Starlette's and FastAPI's middleware, routing and exception layers, and tapgate's
-own) would hold its state for as long, and each costs CPU on every call. So the
+own) would hold its state for as long, and each costs CPU on every call (the package's docstring). So the
 link is served here at once (no layer acts on a WebSocket), and an API request goes to ``ServedAhead``
 (``ahead.py``), which serves it with what the layers would do where its route has a plan, or hands it to
 the whole stack.
@@ -14,7 +14,7 @@ from fastapi import FastAPI
 from starlette.types import Receive, Scope, Send
 from starlette.websockets import WebSocket
 
-from tapgate.api.ahead import ServedAhead
+from tapgate.api.fast.ahead import ServedAhead
 from tapgate.api.routes.link import PATH, connect
 
 

@@ -1,12 +1,12 @@
 """uvicorn's sans-I/O WebSocket protocol, holding less for an idle device link.
 
 Each connection makes, when it is made, an ``asyncio.Queue`` for the messages it hands the app (three
-deques and an event's) and an ``asyncio.Event`` for flow control (with a deque of its own), and keeps both
-for the link's life; an idle link has no message waiting and is always writable. Here the queue is a list
-made only while messages wait (``Inbox``) and the event a ``Flag``, and the upgrade's request and
-response, which uvicorn keeps for the connection's life but reads only until the response is sent, are let
-go then; so are the request's headers, which the websockets library's parser keeps in its frame for as
-long as it parses the link's frames. Everything else is uvicorn's.
+deques and an event's) and an ``asyncio.Event`` for flow control (with its deque), and keeps both for the
+link's life; an idle link has no message waiting and is always writable. Here the queue is a list made
+only while messages wait (``Inbox``) and the event a ``Flag``, and the upgrade's request and response,
+which uvicorn keeps for the connection's life but reads only until the response is sent, are let go then;
+so are the request's headers, which the websockets library's parser keeps in its frame for as long as it
+parses the link's frames. Everything else is uvicorn's.
 """
 
 from __future__ import annotations
