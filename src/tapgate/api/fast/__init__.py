@@ -5,9 +5,9 @@ setting): ``make bench BENCH_ARGS='--bypass NAME'`` measures tapgate with and wi
 tests/test_bypass_differential.py sends the same generated requests to a server with it and one without it
 and finds the same answers and the same effect. Figures: ``make bench
 BENCH_ARGS='--quick --turns 3 --bypass all'`` on a shared 2-core machine, SQLite, each the median of
-three interleaved turns, as the ratio of the server without the path to the server with all of them. Round-trip times and throughput moved by up to
-2× between turns there (other work on the machine), so the times below are the server's CPU a call and
-the memory of idle devices, which moved far less.
+three interleaved turns, as the ratio of the server without the path to the server with all of them.
+Round-trip times and throughput moved by up to 2× between turns there (other work on the machine), so
+the times below are the server's CPU a call and the memory of idle devices, which moved far less.
 
 - ``first.py`` (``link``): the device WebSocket link served by the app before Starlette's and tapgate's
   middleware, which would each hold a frame for the link's life. Without it, an idle link costs 34.0 KiB
