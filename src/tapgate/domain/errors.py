@@ -12,6 +12,7 @@
     ├── TooLarge                413  the body is over the limit
     ├── RateLimited             429  a cap or a rate; carries ``retry_after`` seconds
     ├── ConfigurationError           settings that the process refuses to start with
+    ├── ProofRefused                 a proof that does not verify (the message: the first check that failed)
     └── StorageError                 the database failed; its details never reach a log or a client
 
 The edges map these families to HTTP statuses and MCP errors by class.
@@ -83,6 +84,10 @@ class RateLimited(TapgateError):
 
 class ConfigurationError(TapgateError):
     code = "configuration"
+
+
+class ProofRefused(TapgateError):
+    code = "proof_refused"
 
 
 class StorageError(TapgateError):
