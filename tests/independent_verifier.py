@@ -37,7 +37,7 @@ def _b64(data: bytes) -> str:
     return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
 
 
-def thumbprint(jwk: dict[str, str]) -> str:
+def thumbprint(jwk: dict[str, Any]) -> str:
     """RFC 7638: SHA-256 of the required members in lexicographic order, no whitespace."""
     if jwk["kty"] == "OKP":
         members = {"crv": jwk["crv"], "kty": "OKP", "x": jwk["x"]}
