@@ -93,9 +93,9 @@ def check(proof: str, jwks: dict[str, Any]) -> dict[str, Any]:
         mandate = check(claims["mandate"]["proof"], jwks)
         if mandate["vct"] != "tapgate-mandate-v1" or mandate["approval"]["decision"] != "approved":
             raise Refused("the call's mandate")
-        if mandate["action"]["mandate_id"] != claims["call"]["mandate_id"]:
+        if mandate["arguments"]["mandate_id"] != claims["call"]["mandate_id"]:
             raise Refused("another mandate")
-        if action["tool"] not in mandate["action"]["tools"]:
+        if action["tool"] not in mandate["arguments"]["tools"]:
             raise Refused("a tool the mandate does not list")
         return {**claims, "arguments": arguments, "hidden": len(digests) - len(arguments)}
     approval = claims["approval"]

@@ -479,10 +479,11 @@ def _check_approval(
             raise ProofRefused(f"The signed text's {field} line does not match the approval's {claim}.")
     if lines["decision"] not in (Decision.APPROVED.value, Decision.DENIED.value):
         raise ProofRefused("The signed text's decision line is neither approved nor denied.")
-    if vct == VCT_MANDATE and (
-        approval.get("kind") != "mandate" or action.get("mandate_id") != approval.get("subject")
-    ):
-        raise ProofRefused("A mandate's proof must be of a mandate approval about that mandate.")
+    if vct == VCT_MANDATE:
+        if approval.get("kind") != "mandate" or arguments.get("mandate_id") != approval.get("subject"):
+            raise ProofRefused("A mandate's proof must be of a mandate approval about that mandate.")
+        if hidden:
+            raise ProofRefused("A mandate's proof must disclose every bound.")
     if hidden == 0:
         planned = {**action, "arguments": dict(arguments)} if "arguments" in action else dict(action)
         try:
@@ -532,8 +533,8 @@ def _approval_sentence(
     who = _who(payload, approval)
     at = _time(approval.get("decided_at"), "decided_at")
     if vct == VCT_MANDATE:
-        tools = ", ".join(str(t) for t in action.get("tools", []))
-        bounds = f"for {tools} (at most {action.get('max_calls')} calls)"
+        tools = ", ".join(str(t) for t in arguments.get("tools", []))
+        bounds = f"for {tools} (at most {arguments.get('max_calls')} calls)"
         return f"{who} mandate {approval.get('subject')} {bounds}, {at}"
     to = f" to {_shown(arguments['to'])}" if "to" in arguments else ""
     return f"{who} {approval.get('kind')}{to}, {at}, {_disclosed_words(arguments, hidden)}"
@@ -558,7 +559,7 @@ def _check_call(
     if proven.vct != VCT_MANDATE:
         raise ProofRefused("The proof a call carries is not a mandate's.")
     signed = proven.claims["approval"]
-    bounds = proven.claims["action"]
+    bounds = proven.arguments
     if signed.get("decision") != Decision.APPROVED.value:
         raise ProofRefused("The call's mandate was not approved.")
     if bounds.get("mandate_id") != call.get("mandate_id"):
@@ -588,10 +589,10 @@ def approval_proof(
     signed: SignedDecision,
     entry: tuple[int, str],
     disclose: bool,
-    mandate: Mapping[str, Any] | None = None,
+    mandate: bool = False,
 ) -> str:
-    """The proof of a decided approval: a call's (its planned action, each argument disclosable) or,
-    with ``mandate`` (the mandate's canonical content), a mandate's."""
+    """The proof of a decided approval: a call's planned action, each argument disclosable; with
+    ``mandate``, a mandate's, whose arguments are its bounds, always disclosed."""
     assert approval.decided_at is not None
     decision = approval.status.value
     text = signed_text(
@@ -619,16 +620,14 @@ def approval_proof(
         },
         "journal": {"seq": entry[0], "hash": entry[1]},
     }
-    if mandate is not None:
-        claims["action"] = dict(mandate)
-        return signer.sign(VCT_MANDATE, approval.user_id, claims, None, disclose)
     claims["action"] = {
         "tool": approval.tool,
         "device": approval.subject,
         "capability": approval.kind,
         "preview_sha256": preview_sha256(approval.preview),
     }
-    return signer.sign(VCT_APPROVAL, approval.user_id, claims, approval.arguments or {}, disclose)
+    vct = VCT_MANDATE if mandate else VCT_APPROVAL
+    return signer.sign(vct, approval.user_id, claims, approval.arguments or {}, disclose or mandate)
 
 
 def call_proof(

@@ -14,7 +14,7 @@ from typing import Any
 from tapgate.domain.audit import AuditRecord
 from tapgate.domain.errors import Conflict, Gone, InvalidInput, NotFound
 from tapgate.domain.inbox import Approval, ApprovalStatus
-from tapgate.domain.mandates import MANDATE, canonical
+from tapgate.domain.mandates import MANDATE
 from tapgate.domain.principals import Principal, TokenKind
 from tapgate.domain.proofs import (
     Issued,
@@ -112,19 +112,13 @@ async def _of_approval(
             "This approval was decided without a device's signature, so there is no decision of the "
             "person's to prove."
         )
-    mandate = None
-    if approval.kind == MANDATE:
-        found = await uow.mandates.get(approval.subject)
-        if found is None:
-            raise NotFound(f"There is no mandate {approval.subject!r}.")
-        mandate = canonical(found)
-    elif approval.arguments is None:
+    if approval.arguments is None:
         raise Gone(
             "This call's arguments were erased after the retention period, so its proof cannot be made."
         )
     entry = await _entry(uow, _DECIDED, approval.approval_id)
     signer = Signer(Issued(issuer, await _current_key(uow, now), now))
-    return approval_proof(signer, approval, signed, entry, disclose, mandate)
+    return approval_proof(signer, approval, signed, entry, disclose, approval.kind == MANDATE)
 
 
 async def for_approval(ctx: Context, issuer: str, caller: Principal, approval_id: str, disclose: bool) -> str:
