@@ -42,9 +42,12 @@ user_app = typer.Typer(help="People: add them, list them.", no_args_is_help=True
 def register(app: typer.Typer, device_app: typer.Typer) -> None:
     """Add these commands to ``tapgate`` and, beside the terminal phone's, to ``tapgate device``."""
     from tapgate.mandate_commands import mandate_app
+    from tapgate.proof_commands import issuer_app, proof_app
 
     app.add_typer(user_app, name="user")
     app.add_typer(mandate_app, name="mandate")
+    app.add_typer(proof_app, name="proof")
+    app.add_typer(issuer_app, name="issuer")
     device_app.info.help = (
         "The terminal phone (keygen, enrol, pair, run, decide, login, vectors), and the operator's list, "
         "grant and revoke of a person's devices."

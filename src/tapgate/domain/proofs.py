@@ -286,7 +286,13 @@ def verify(proof: str, keys: Mapping[str, Any]) -> Proven:
     proof = proof.strip()
     if len(proof) > _MAX_PROOF_CHARS:
         raise ProofRefused("The proof is too long to be one of tapgate's.")
-    return _verify(proof, keys, nested=False)
+    try:
+        return _verify(proof, keys, nested=False)
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError, RecursionError) as e:
+        # A claim of the wrong JSON type deep inside: the proof is not one tapgate issues.
+        raise ProofRefused(
+            f"The proof is malformed: a claim has the wrong shape ({type(e).__name__})."
+        ) from None
 
 
 def _verify(proof: str, keys: Mapping[str, Any], nested: bool) -> Proven:
@@ -575,7 +581,7 @@ def _check_call(
     signed_at = _time(signed.get("decided_at"), "mandate's decided_at")
     return (
         f"{call.get('agent_id')} called {action.get('tool')} on {action.get('device')}, {at}, "
-        f"under mandate {call.get('mandate_id')}, which {_who(proven.claims, signed)} {signed_at}; "
+        f"under mandate {call.get('mandate_id')}, which {_who(proven.claims, signed)} at {signed_at}; "
         f"{_disclosed_words(arguments, hidden)}"
     )
 

@@ -51,6 +51,8 @@ async def _new_key(uow: UnitOfWork, actor: str, now: datetime) -> IssuerKey:
 async def rotate(ctx: Context, tenant_id: str) -> IssuerKey:
     """A new issuer key for the tenant: it signs every proof from now on; the older ones stay published."""
     async with ctx.store.unit_of_work(tenant_id) as uow:
+        if await uow.tenants.get() is None:
+            raise NotFound(f"There is no tenant {tenant_id!r}.")
         return await _new_key(uow, "cli:issuer-rotate", ctx.clock.now())
 
 
