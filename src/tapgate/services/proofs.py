@@ -15,7 +15,7 @@ from tapgate.domain.audit import AuditRecord
 from tapgate.domain.errors import Conflict, Gone, InvalidInput, NotFound
 from tapgate.domain.inbox import Approval, ApprovalStatus
 from tapgate.domain.mandates import MANDATE
-from tapgate.domain.principals import Principal, TokenKind
+from tapgate.domain.principals import Principal, Scope, TokenKind
 from tapgate.domain.proofs import (
     Issued,
     IssuerKey,
@@ -74,6 +74,15 @@ def _user_of(caller: Principal, user_id: str | None) -> str | None:
     return None
 
 
+def _may_ask(caller: Principal) -> None:
+    """A proof is for the person, their agents (with the tools scope) and the operator; a device's
+    token is refused (403) before anything is read."""
+    if caller.kind is TokenKind.AGENT:
+        caller.require(TokenKind.AGENT, scope=Scope.TOOLS)
+    else:
+        caller.require(TokenKind.USER, TokenKind.OPERATOR, TokenKind.AGENT)
+
+
 def _sees(caller: Principal, user_id: str, agent_id: str | None) -> bool:
     if caller.kind is TokenKind.OPERATOR:
         return True
@@ -126,6 +135,7 @@ async def _of_approval(
 async def for_approval(ctx: Context, issuer: str, caller: Principal, approval_id: str, disclose: bool) -> str:
     """The proof of a decided approval. Raises NotFound (unknown, or not the caller's), Conflict (not
     decided, or decided without a device signature), Gone (its arguments were erased)."""
+    _may_ask(caller)
     now = ctx.clock.now()
     async with ctx.store.unit_of_work(caller.tenant_id) as uow:
         approval = await uow.approvals.get(approval_id)
@@ -136,6 +146,7 @@ async def for_approval(ctx: Context, issuer: str, caller: Principal, approval_id
 
 async def for_mandate(ctx: Context, issuer: str, caller: Principal, mandate_id: str) -> str:
     """The proof of a signed mandate. Raises NotFound, Conflict (not signed yet, or denied unsigned)."""
+    _may_ask(caller)
     now = ctx.clock.now()
     async with ctx.store.unit_of_work(caller.tenant_id) as uow:
         mandate = await uow.mandates.get(mandate_id)
@@ -163,6 +174,7 @@ async def for_invocation(
 ) -> str:
     """The proof of a call: the approval the person signed for it, or the call with the proof of the
     mandate it went under. Raises NotFound, InvalidInput (the operator names no user), Conflict."""
+    _may_ask(caller)
     if caller.kind is TokenKind.OPERATOR and user_id is None:
         raise InvalidInput("user_id", "user_id is required: the operator names the person whose call it was.")
     person = _user_of(caller, user_id)
