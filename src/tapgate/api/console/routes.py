@@ -425,6 +425,36 @@ async def calls(request: Request) -> Response:
     return await _guard(request, run)
 
 
+def _proof(text: str, name: str) -> Response:
+    return Response(
+        text,
+        media_type="application/dc+sd-jwt",
+        headers={"Content-Disposition": f'attachment; filename="{name}.sd-jwt"', "Cache-Control": "no-store"},
+    )
+
+
+@router.get("/console/calls/{invocation_id}/proof")
+async def call_proof(request: Request, invocation_id: str) -> Response:
+    async def run() -> Response:
+        who = await visitor(request)
+        return _proof(
+            await gateway(request).invocation_proof(who.principal, invocation_id), f"call-{invocation_id}"
+        )
+
+    return await _guard(request, run)
+
+
+@router.get("/console/mandates/{mandate_id}/proof")
+async def mandate_proof(request: Request, mandate_id: str) -> Response:
+    async def run() -> Response:
+        who = await visitor(request)
+        return _proof(
+            await gateway(request).mandate_proof(who.principal, mandate_id), f"mandate-{mandate_id}"
+        )
+
+    return await _guard(request, run)
+
+
 @router.get("/console/audit")
 async def audit(request: Request) -> Response:
     async def run() -> Response:
