@@ -135,6 +135,7 @@ async def test_a_mandate_and_a_call_under_it_export_proofs_that_verify_offline(
         mandate = await _proof(home, f"/v1/mandates/{mandate_id}/proof", token="agent")
         assert mandate.status_code == 200, mandate.text
         keys = await _jwks(home)
+        assert len({k["kid"] for k in keys["keys"]} - before) == 1  # made with the tenant's first proof
         assert (
             f"approved mandate {mandate_id} for {LAMP_TOOL} (at most 3 calls)"
             in verify(mandate.text, keys).sentence
