@@ -19,6 +19,7 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 
 from tapgate.api import qr as qr_code
 from tapgate.api.console.session import SIGN_IN_COOKIE, Visitor, check_origin, form, gateway, visitor
+from tapgate.api.routes.proofs import proof_response
 from tapgate.domain.audit import BrokenChain
 from tapgate.domain.console import (
     COOKIE_NAME,
@@ -425,19 +426,11 @@ async def calls(request: Request) -> Response:
     return await _guard(request, run)
 
 
-def _proof(text: str, name: str) -> Response:
-    return Response(
-        text,
-        media_type="application/dc+sd-jwt",
-        headers={"Content-Disposition": f'attachment; filename="{name}.sd-jwt"', "Cache-Control": "no-store"},
-    )
-
-
 @router.get("/console/calls/{invocation_id}/proof")
 async def call_proof(request: Request, invocation_id: str) -> Response:
     async def run() -> Response:
         who = await visitor(request)
-        return _proof(
+        return proof_response(
             await gateway(request).invocation_proof(who.principal, invocation_id), f"call-{invocation_id}"
         )
 
@@ -448,7 +441,7 @@ async def call_proof(request: Request, invocation_id: str) -> Response:
 async def mandate_proof(request: Request, mandate_id: str) -> Response:
     async def run() -> Response:
         who = await visitor(request)
-        return _proof(
+        return proof_response(
             await gateway(request).mandate_proof(who.principal, mandate_id), f"mandate-{mandate_id}"
         )
 

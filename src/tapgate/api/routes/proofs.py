@@ -22,7 +22,8 @@ _PROOF: dict[int | str, dict[str, Any]] = {
 }
 
 
-def _proof(text: str, name: str) -> Response:
+def proof_response(text: str, name: str) -> Response:
+    """A proof as a download named ``<name>.sd-jwt``."""
     return Response(
         text,
         media_type=SD_JWT,
@@ -46,7 +47,7 @@ async def approval_proof(
     approval_id: str, caller: AnyCaller, gw: GatewayDep, disclose: Disclose = "all"
 ) -> Response:
     text = await gw.approval_proof(caller, approval_id, disclose == "all")
-    return _proof(text, f"approval-{approval_id}")
+    return proof_response(text, f"approval-{approval_id}")
 
 
 @router.get(
@@ -56,7 +57,7 @@ async def approval_proof(
     summary="A signed mandate as a proof anyone can check offline",
 )
 async def mandate_proof(mandate_id: str, caller: AnyCaller, gw: GatewayDep) -> Response:
-    return _proof(await gw.mandate_proof(caller, mandate_id), f"mandate-{mandate_id}")
+    return proof_response(await gw.mandate_proof(caller, mandate_id), f"mandate-{mandate_id}")
 
 
 @router.get(
@@ -73,4 +74,4 @@ async def invocation_proof(
     user_id: Annotated[str | None, Query(max_length=40, description="The operator names the person")] = None,
 ) -> Response:
     text = await gw.invocation_proof(caller, invocation_id, disclose == "all", user_id)
-    return _proof(text, f"call-{invocation_id}")
+    return proof_response(text, f"call-{invocation_id}")
