@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from tapgate.adapters.clock import FrozenClock
 from tapgate.domain.errors import ProofRefused
 from tapgate.domain.proofs import verify
 from tests import independent_verifier
@@ -171,3 +172,19 @@ async def test_after_a_rotation_new_proofs_use_the_new_key_and_old_proofs_still_
         with pytest.raises(ProofRefused, match="has no key"):
             verify(new, old_keys)
         assert all("d" not in k for k in keys["keys"])
+
+
+async def test_a_call_whose_text_retention_erased_has_no_proof_and_says_why(
+    request: pytest.FixtureRequest,
+) -> None:
+    clock = FrozenClock()
+    async with _home("sqlite", request, clock) as home:
+        _, card = await _texted(home)
+        assert (await _proof(home, f"/v1/approvals/{card['id']}/proof")).status_code == 200
+        clock.advance(31 * 86400)
+        await home.gateway.prune()
+        r = await _proof(home, f"/v1/approvals/{card['id']}/proof")
+        assert r.status_code == 410
+        assert r.json()["error"]["message"] == (
+            "This call's arguments were erased after the retention period, so its proof cannot be made."
+        )
