@@ -36,7 +36,7 @@ def fetched(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]
     async def setup() -> dict[str, Any]:
         await migrate(url)
         server.start()
-        operator = await new_tenant(url)
+        operator = await new_tenant(url, "proofs")
         async with httpx.AsyncClient(base_url=server.url, timeout=30) as client:
             tokens = await _home(client, operator, max_calls=1)
             call = await _call(client, tokens["agent"])
@@ -46,7 +46,14 @@ def fetched(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]
             keys = (await client.get("/.well-known/jwks.json")).json()
         (folder / "call.sd-jwt").write_text(r.text)
         (folder / "jwks.json").write_text(json.dumps(keys))
-        return {"server": server, "folder": folder, "proof": r.text, "jwks": keys, "call": call}
+        return {
+            "server": server,
+            "folder": folder,
+            "proof": r.text,
+            "jwks": keys,
+            "call": call,
+            "config": server.config,
+        }
 
     try:
         yield asyncio.run(setup())
@@ -152,3 +159,18 @@ def test_any_changed_byte_of_a_live_proof_fails_the_command_line_and_the_indepen
     assert done.exception is None or isinstance(done.exception, SystemExit)
     with pytest.raises((independent_verifier.Refused, ValueError, KeyError, TypeError, AttributeError)):
         independent_verifier.check(changed, fetched["jwks"])
+
+
+def test_after_tapgate_issuer_rotate_the_old_proof_still_verifies_against_the_published_keys(
+    fetched: dict[str, Any],
+) -> None:
+    config = str(fetched["config"])
+    rotated = tapgate("issuer", "rotate", "--tenant", "proofs", "--config", config)
+    assert rotated.returncode == 0, rotated.stderr
+    assert rotated.stdout.startswith("Tenant proofs signs proofs with key ")
+    keys = httpx.get(f"{fetched['server'].url}/.well-known/jwks.json").json()["keys"]
+    assert len(keys) == 2 and all("d" not in k for k in keys)
+    done = tapgate("proof", "verify", str(fetched["folder"] / "call.sd-jwt"))
+    assert done.returncode == 0, done.stderr
+    unknown = tapgate("issuer", "rotate", "--tenant", "nobody", "--config", config)
+    assert unknown.returncode == 1 and unknown.stderr.strip() == "There is no tenant 'nobody'."
