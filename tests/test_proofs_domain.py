@@ -254,3 +254,33 @@ def test_any_changed_byte_of_a_proof_fails_both_verifiers(data: st.DataObject) -
         verify(changed, keys)
     with pytest.raises((independent_verifier.Refused, ValueError, KeyError, TypeError, AttributeError)):
         independent_verifier.check(changed, keys)
+
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
+    max_leaves=12,
+)
+CLAIMS = st.fixed_dictionaries(
+    {"_sd_alg": st.just("sha-256"), "vct": st.sampled_from(["tapgate-approval-v1", "tapgate-call-v1", "x"])},
+    optional={"action": JSON, "approval": JSON, "cnf": JSON, "call": JSON, "mandate": JSON, "sub": JSON},
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(max_size=300))
+def test_any_text_is_refused_with_a_reason_never_a_crash(text: str) -> None:
+    with pytest.raises(ProofRefused):
+        verify(text, jwks([_rfc8037_issuer()]))
+
+
+@settings(max_examples=200, deadline=None)
+@given(CLAIMS, st.lists(st.text(max_size=20), max_size=3))
+def test_claims_of_any_shape_under_a_valid_issuer_signature_are_refused_with_a_reason(
+    claims: dict[str, Any], disclosures: list[str]
+) -> None:
+    key = _rfc8037_issuer()
+    signed = Signer(Issued("https://gw.test", key, NOW)).sign(str(claims["vct"]), "ana", claims, None, True)
+    jwt = signed.split("~")[0]
+    with pytest.raises(ProofRefused):
+        verify("~".join([jwt, *disclosures]) + "~", jwks([key]))
