@@ -20,7 +20,8 @@ from typer.testing import CliRunner
 from tapgate.adapters.store.migrate import migrate
 from tapgate.cli import app
 from tests import independent_verifier
-from tests.live import Server, free_port, new_tenant, tapgate, write_config
+from tests.live import Server, free_port, local_ca_gateway, new_tenant, tapgate, write_config
+from tests.test_ca_file import without_ca_file
 from tests.test_mandates_processes import LAMP_TOOL, _call, _home
 from tests.world import bearer
 
@@ -174,3 +175,31 @@ def test_after_tapgate_issuer_rotate_the_old_proof_still_verifies_against_the_pu
     assert done.returncode == 0, done.stderr
     unknown = tapgate("issuer", "rotate", "--tenant", "nobody", "--config", config)
     assert unknown.returncode == 1 and unknown.stderr.strip() == "There is no tenant 'nobody'."
+
+
+def test_a_proof_from_an_https_gateway_verifies_with_its_ca_file_and_says_why_without_it(
+    tmp_path: Path,
+) -> None:
+    server, operator = local_ca_gateway(tmp_path, "localhost", "127.0.0.1")
+    server.start()
+    try:
+
+        async def fetch() -> str:
+            async with httpx.AsyncClient(base_url=server.url, timeout=30, verify=server.verify) as client:
+                tokens = await _home(client, operator, max_calls=1)
+                call = await _call(client, tokens["agent"])
+                r = await client.get(f"/v1/invocations/{call['id']}/proof", headers=bearer(tokens["user"]))
+                assert r.status_code == 200, r.text
+                return r.text
+
+        path = tmp_path / "call.sd-jwt"
+        path.write_text(asyncio.run(fetch()))
+        env = without_ca_file()
+        trusted = tapgate("proof", "verify", str(path), "--ca-file", str(server.ca), env=env)
+        assert trusted.returncode == 0, trusted.stderr
+        assert "under mandate" in trusted.stdout
+        untrusted = tapgate("proof", "verify", str(path), env=env)
+        assert untrusted.returncode == 1 and "Traceback" not in untrusted.stderr
+        assert untrusted.stderr.startswith("The gateway's certificate is not trusted (")
+    finally:
+        server.stop()
