@@ -109,7 +109,8 @@ class IssuerKey:
         key = OKPKey.import_key(json.loads(self.private_jwk))
         return {**key.as_dict(private=False), "kid": self.kid, "alg": ALG, "use": "sig"}
 
-    def _key(self) -> OKPKey:
+    def signing_key(self) -> OKPKey:
+        """The private key, for the proof builder only."""
         return OKPKey.import_key(json.loads(self.private_jwk))
 
 
@@ -253,7 +254,7 @@ class Signer:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             jwt = jws.serialize_compact(
-                header, canonical_json(payload), self.issued.key._key(), algorithms=[ALG]
+                header, canonical_json(payload), self.issued.key.signing_key(), algorithms=[ALG]
             )
         shown = disclosures if disclose else []
         return "~".join([jwt, *shown]) + "~"
