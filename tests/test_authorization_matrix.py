@@ -98,6 +98,7 @@ DEVICE_READ, DEVICE_WRITE = {"device": "device.read"}, {"device": "device.write"
 USER_READ = {"operator": None, "user": "device.read"}
 USER_WRITE = {"operator": None, "user": "device.write"}
 MANDATE_READERS = {"operator": None, "user": None, "agent": "tools", "device": None}
+PROOF_READERS = {"operator": None, "user": None, "agent": "tools"}
 RULES: dict[tuple[str, str], Rule] = {
     ("GET", "/healthz"): Rule({}, open=True),
     ("GET", "/readyz"): Rule({}, open=True),
@@ -157,6 +158,12 @@ RULES: dict[tuple[str, str], Rule] = {
     ("DELETE", "/v1/mandates/{mandate_id}"): Rule(
         {"operator": None, "user": None, "device": None}, of_ana=True, foreign="mandate_id", approvers=True
     ),
+    ("GET", "/.well-known/jwks.json"): Rule({}, open=True),
+    ("GET", "/v1/approvals/{approval_id}/proof"): Rule(PROOF_READERS, of_ana=True, foreign="approval_id"),
+    ("GET", "/v1/mandates/{mandate_id}/proof"): Rule(PROOF_READERS, of_ana=True, foreign="mandate_id"),
+    ("GET", "/v1/invocations/{invocation_id}/proof"): Rule(
+        PROOF_READERS, of_ana=True, foreign="invocation_id"
+    ),
     ("GET", "/v1/device/passkeys/options"): Rule(DEVICE_READ),
     ("GET", "/v1/device/passkeys"): Rule(DEVICE_READ),
     ("POST", "/v1/device/passkeys"): Rule(DEVICE_WRITE),
@@ -173,6 +180,7 @@ class Matrix:
     tokens: dict[str, str] = field(default_factory=dict)
     keys: dict[str, Key] = field(default_factory=dict)
     pairing: str = ""
+    signed: dict[str, str] = field(default_factory=dict)  # a signed call's approval and a signed mandate
 
     @property
     def client(self) -> httpx.AsyncClient:
@@ -237,6 +245,36 @@ class Matrix:
         asked = [a for a in r.json()["approvals"] if a["kind"] == "unlock_door"]  # not a device_pair
         return dict(asked[-1])  # oldest first: the newest is the one just asked
 
+    async def sign(self, approval: dict[str, Any], signer: str = "device") -> None:
+        sign = approval["sign"]
+        text = signed_text(
+            sign["format"], approval["id"], "approved", approval["kind"], approval["subject"],
+            sign["action_sha256"], sign["challenge"], sign["expires_at"],
+        )  # fmt: skip
+        body = {"decision": "approved", "signature": sign_decision(self.keys[signer].private, text)}
+        await self.post(signer, f"/v1/approvals/{approval['id']}", body)
+
+    async def inbox(self) -> list[dict[str, Any]]:
+        r = await self.client.get("/v1/inbox", headers=bearer(self.tokens["user"]))
+        return list(r.json()["approvals"])
+
+    async def proven(self) -> dict[str, str]:
+        """A call whose approval ana's phone signed, and a mandate it signed: made once, read by each cell."""
+        if not self.signed:
+            before = {a["id"] for a in await self.inbox()}
+            call = await self.invocation("device__front_door__unlock_door")
+            [approval] = [a for a in await self.inbox() if a["id"] not in before]
+            await self.sign(approval)
+            body = {"tools": [ANA_LAMP], "max_calls": 1} | _MANDATE
+            asked = (await self.post("agent", "/v1/mandates", body)).json()
+            await self.sign(next(a for a in await self.inbox() if a["id"] == asked["approval_id"]))
+            self.signed = {
+                "approval_id": approval["id"],
+                "invocation_id": call,
+                "mandate_id": asked["mandate_id"],
+            }
+        return self.signed
+
     async def claimed_pairing(self) -> tuple[str, str]:
         code = (await self.post("operator", "/v1/users/ana/pairings", {})).json()["code"]
         body = device_body(f"p{secrets.token_hex(3)}", []) | {"code": code}
@@ -264,6 +302,11 @@ class Matrix:
             body = {"tools": [f"device__{device}__set_light"], "max_calls": 1} | _MANDATE
         elif template == "/v1/mandates":
             path = "/v1/mandates?user_id=ana"
+        elif template.endswith("/proof"):
+            name = template.split("{")[1].split("}")[0]
+            path = path.replace("{" + name + "}", (await self.proven())[name])
+            if name == "invocation_id" and caller.kind == "operator":
+                path += "?user_id=ana"
         elif template == "/v1/mandates/{mandate_id}":
             body = {"tools": [ANA_LAMP], "max_calls": 1} | _MANDATE
             asked = await self.post("user", "/v1/mandates", body)
@@ -439,7 +482,7 @@ async def test_every_route_admits_exactly_its_intended_callers_and_tells_foreign
 def _foreign_value(template: str, parameter: str, path: str) -> str:
     pattern = re.escape(template).replace(re.escape("{" + parameter + "}"), "(?P<v>[^/]+)")
     pattern = re.sub(r"\\\{[a-z_]+\\\}", "[^/]+", pattern)
-    found = re.fullmatch(pattern, path)
+    found = re.fullmatch(pattern, path.split("?", 1)[0])
     assert found, (template, path)
     return found.group("v")
 

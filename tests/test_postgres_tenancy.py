@@ -26,6 +26,7 @@ from tapgate.domain.console import SignInKind
 from tapgate.domain.mandates import Mandate
 from tapgate.domain.passkeys import Passkey
 from tapgate.domain.principals import TokenKind
+from tapgate.domain.proofs import SignedDecision, new_issuer_key
 from tapgate.services import (
     accounts,
     answering,
@@ -152,6 +153,10 @@ async def _seed_devices(store: Any, clock: FrozenClock, operator: Any, user: str
                 expires_at=now + timedelta(days=1),
                 sign_until=now + timedelta(minutes=5),
             )
+        )
+        await uow.proofs.add_issuer_key(new_issuer_key(now))  # proofs: an issuer key, a kept signature
+        await uow.proofs.keep_signature(
+            SignedDecision(approval.approval_id, "desk-lamp", "p256", "key", "signature")
         )
 
 

@@ -123,6 +123,9 @@ async def _a_and_its_ids(path: Path, store: Store, a: str, b: str) -> dict[str, 
             "sign_in": await uow.sign_ins.get(row["console_sign_ins"][0]["sign_in_id"]),
             "session_console": await uow.console_sessions.get(console["session_id"]),
         }
+        keys = await uow.proofs.issuer_keys()
+        signed = await uow.proofs.signature(row["approval_signatures"][0]["approval_id"])
+    assert keys and signed is not None  # A's own, which B names as its own in its calls
     assert all(objects.values()), [name for name, found in objects.items() if found is None]
     relabelled = {name: dataclasses.replace(o, tenant_id=b) for name, o in objects.items()}
     receipt = row["ingest_receipts"][0]
@@ -150,6 +153,10 @@ async def _a_and_its_ids(path: Path, store: Store, a: str, b: str) -> dict[str, 
         "day": row["ingest_counters"][0]["day"],
         "type": row["events"][0]["type"],
         "kinds": sorted({p["kind"] for p in row["approvals"]}),
+        "action": row["audit_entries"][0]["action"],
+        "subject": row["audit_entries"][0]["subject"],
+        "key": keys[0],
+        "signed": signed,
     }
 
 

@@ -29,6 +29,7 @@ from tapgate.domain.invocations import MAX_WAIT_SECONDS
 from tapgate.domain.principals import Principal, TokenKind
 from tapgate.mandate_commands import mandate_app
 from tapgate.operator_commands import register as register_operator_commands
+from tapgate.proof_commands import issuer_app, proof_app
 
 if TYPE_CHECKING:
     from tapgate.config import Settings
@@ -705,7 +706,9 @@ def bench() -> None:
     raise fail("The benchmark runs from a source checkout of tapgate: make bench (BENCH_ARGS='--quick ...').")
 
 
-register_operator_commands(app, device_app, mandate_app)
+register_operator_commands(
+    app, device_app, ("mandate", mandate_app), ("proof", proof_app), ("issuer", issuer_app)
+)
 
 
 @policy_app.command("check")

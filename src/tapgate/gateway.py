@@ -39,6 +39,7 @@ from tapgate.services import (
     notices,
     pairings,
     passkeys,
+    proofs,
     sessions,
     tokens,
     tools,
@@ -392,6 +393,29 @@ class Gateway:
 
     async def revoke_mandate(self, caller: Principal, mandate_id: str) -> Mandate:
         return await mandates.revoke(self.ctx, caller, mandate_id)
+
+    # proofs anyone can check offline
+
+    async def approval_proof(self, caller: Principal, approval_id: str, disclose: bool = True) -> str:
+        return await proofs.for_approval(self.ctx, self.public_url, caller, approval_id, disclose)
+
+    async def mandate_proof(self, caller: Principal, mandate_id: str) -> str:
+        return await proofs.for_mandate(self.ctx, self.public_url, caller, mandate_id)
+
+    async def invocation_proof(
+        self, caller: Principal, invocation_id: str, disclose: bool = True, user_id: str | None = None
+    ) -> str:
+        return await proofs.for_invocation(
+            self.ctx, self.public_url, caller, invocation_id, disclose, user_id
+        )
+
+    async def issuer_keys(self) -> dict[str, list[dict[str, Any]]]:
+        """The public issuer keys of every tenant, as a JWK Set."""
+        return await proofs.published(self.store)
+
+    async def rotate_issuer_key(self, tenant_id: str) -> str:
+        """A new issuer key for the tenant; returns its kid."""
+        return (await proofs.rotate(self.ctx, tenant_id)).kid
 
     async def device_pending(self, caller: DeviceCaller, wait: float = 0) -> Sequence[Invocation]:
         devices.require_device_scope(caller, Scope.DEVICE_READ)

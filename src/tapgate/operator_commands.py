@@ -39,11 +39,13 @@ UserOption = Annotated[str, typer.Option("--user", help="The person, by user id.
 user_app = typer.Typer(help="People: add them, list them.", no_args_is_help=True)
 
 
-def register(app: typer.Typer, device_app: typer.Typer, mandate_app: typer.Typer) -> None:
+def register(app: typer.Typer, device_app: typer.Typer, *built_on: tuple[str, typer.Typer]) -> None:
     """Add these commands to ``tapgate`` and, beside the terminal phone's, to ``tapgate device``; with
-    them ``tapgate mandate``, whose commands are built on this module's (so it cannot import them here)."""
+    them the groups ``built_on`` this module's (``tapgate mandate``, ``proof``, ``issuer``: their modules
+    import this one, so it cannot import them)."""
     app.add_typer(user_app, name="user")
-    app.add_typer(mandate_app, name="mandate")
+    for name, group in built_on:
+        app.add_typer(group, name=name)
     device_app.info.help = (
         "The terminal phone (keygen, enrol, pair, run, decide, login, vectors), and the operator's list, "
         "grant and revoke of a person's devices."

@@ -19,6 +19,7 @@ from tapgate.domain.mandates import Mandate, MandateStatus
 from tapgate.domain.pairing import Pairing
 from tapgate.domain.passkeys import Passkey
 from tapgate.domain.principals import TokenKind
+from tapgate.domain.proofs import IssuerKey, SignedDecision
 from tapgate.domain.push import OutboxItem, PushMessage
 from tapgate.domain.sessions import Session
 
@@ -414,6 +415,23 @@ class Journal(Protocol):
     async def head(self) -> tuple[int, str] | None:
         """The last entry's number and hash as the chain's head records them; None for no tenant."""
 
+    async def find(self, action: str, subject: str) -> Sequence[AuditEntry]:
+        """The committed entries of ``action`` about ``subject``, in order."""
+
+
+class Proofs(Protocol):
+    """The tenant's issuer keys, and what devices signed to decide approvals."""
+
+    async def issuer_keys(self) -> Sequence[IssuerKey]:
+        """Every issuer key of the tenant, newest first."""
+
+    async def add_issuer_key(self, key: IssuerKey) -> None:
+        """Raises Conflict if the tenant has that key already."""
+
+    async def keep_signature(self, signed: SignedDecision) -> None: ...
+
+    async def signature(self, approval_id: str) -> SignedDecision | None: ...
+
 
 class UnitOfWork(Protocol):
     """One transaction in one tenant; leaving the block commits it, an exception rolls it back."""
@@ -446,6 +464,8 @@ class UnitOfWork(Protocol):
     def pauses(self) -> Pauses: ...
     @property
     def mandates(self) -> Mandates: ...
+    @property
+    def proofs(self) -> Proofs: ...
     @property
     def passkeys(self) -> Passkeys: ...
     @property

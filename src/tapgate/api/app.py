@@ -41,6 +41,7 @@ from tapgate.api.routes import (
     notices,
     pairings,
     passkeys,
+    proofs,
     tokens,
     webapp,
 )
@@ -146,6 +147,7 @@ def create_app(
         app.include_router(pairings.router, responses=_ERRORS)
         app.include_router(approvals.router, responses=_ERRORS)
         app.include_router(mandates.router, responses=_ERRORS)
+        app.include_router(proofs.router, responses=_ERRORS)
         app.include_router(passkeys.router, responses=_ERRORS)
         assert mcp is not None
         app.router.routes.append(Route(McpEndpoint.path, McpEndpoint(gateway, mcp), include_in_schema=False))

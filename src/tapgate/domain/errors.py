@@ -27,7 +27,8 @@
     ├── RelayVerificationError       a push relay's message does not verify
     ├── GatewayUnreachable           the gateway behind ``tapgate mcp`` does not answer
     ├── BrokenChain                  a tenant's audit journal does not verify (names the entry)
-    └── VectorsError                 a signature vectors document does not check
+    ├── VectorsError                 a signature vectors document does not check
+    └── ProofRefused                 a proof that does not verify (names the first check that failed)
 
 The edges map these families to HTTP statuses and MCP errors by class; a class without a status of its
 own takes its family's (500 for those at the root, which the check chain and the workers turn into
@@ -181,6 +182,12 @@ class PolicyFileError(ConfigurationError):
         self.source = source
         self.line = line
         self.reason = reason
+
+
+class ProofRefused(TapgateError):
+    """A proof that does not verify; the message names the first check that failed."""
+
+    code = "proof_refused"
 
 
 class StorageError(TapgateError):

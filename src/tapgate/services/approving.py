@@ -25,6 +25,7 @@ from tapgate.domain.invocations import MAX_POLL_SECONDS, Invocation, Status
 from tapgate.domain.mandates import MANDATE
 from tapgate.domain.passkeys import Relying
 from tapgate.domain.principals import Principal, Scope, TokenKind
+from tapgate.domain.proofs import SignedDecision
 from tapgate.domain.text import check_display_text
 from tapgate.domain.vouching import DEVICE_PAIR
 from tapgate.ports import UnitOfWork
@@ -125,7 +126,7 @@ async def decide(
             verified_by = await passkeys.check_decision(
                 ctx, uow, relying or _NO_RP, caller, approval, body.decision, body.device_id, body.passkey
             )
-            by, device_id = await _check_decider(ctx, uow, caller, approval, body, now)
+            by, device_id, signed = await _check_decider(ctx, uow, caller, approval, body, now)
         except (Forbidden, SignatureRefused) as e:
             detail = getattr(e, "detail", e.message)
             await uow.journal.append(
@@ -160,6 +161,8 @@ async def decide(
                 approval = await mandates.decided(uow, caller, approval, body.decision, by, device_id, now)
             else:
                 approval = await vouched(uow, caller, approval, body.decision, by, device_id, now)
+            if signed is not None:
+                await uow.proofs.keep_signature(signed)
     if refusal is not None:
         raise refusal
     return approval
@@ -167,22 +170,22 @@ async def decide(
 
 async def _check_decider(
     ctx: Context, uow: UnitOfWork, caller: Principal, approval: Approval, body: DecisionBody, now: datetime
-) -> tuple[str, str | None]:
-    """Who decides and with which device; raises Forbidden or SignatureRefused."""
+) -> tuple[str, str | None, SignedDecision | None]:
+    """Who decides, with which device and signature; raises Forbidden or SignatureRefused."""
     if body.signature is None:
         if body.device_id is not None:
             raise InvalidInput(
                 "signature", "signature is required when device_id names the device that signed."
             )
         if caller.kind is TokenKind.OPERATOR:
-            return "operator (no device signature)", None
+            return "operator (no device signature)", None, None
         if caller.kind is TokenKind.DEVICE:
             raise Forbidden("A device decides by signing: send the signature of the decision.")
         if approval.kind == DEVICE_PAIR and body.decision is Decision.APPROVED:
             raise Forbidden("A new device is let in only by a signature from a device that approves for you.")
         if ctx.limits.require_device_signature or caller.require_device_signature:
             raise Forbidden("This decision needs a signature from one of your devices.")
-        return f"user:{caller.user_id} (no device signature)", None
+        return f"user:{caller.user_id} (no device signature)", None, None
     device_id = body.device_id or (caller.device_id if caller.kind is TokenKind.DEVICE else None)
     if device_id is None:
         raise InvalidInput(
@@ -209,7 +212,10 @@ async def _check_decider(
     )
     verify_decision(device.alg, device.public_key, payload, body.signature)
     faults.crash_point("approval.verify")
-    return f"device:{device.device_id}", device.device_id
+    signed = SignedDecision(
+        approval.approval_id, device.device_id, device.alg, device.public_key, body.signature
+    )
+    return f"device:{device.device_id}", device.device_id, signed
 
 
 async def _record(

@@ -42,7 +42,7 @@ from tapgate.domain.events import AGENTS_PAUSED, AGENTS_RESUMED
 from tapgate.domain.ids import check_slug
 from tapgate.domain.ids import new_id as new_prefixed_id
 from tapgate.domain.inbox import Approval, ApprovalStatus, binding_code
-from tapgate.domain.invocations import Invocation
+from tapgate.domain.invocations import Invocation, Status
 from tapgate.domain.principals import Principal, TokenKind
 from tapgate.ports import UnitOfWork
 from tapgate.services.context import Context, events_key, inbox_key, sign_in_key
@@ -436,6 +436,7 @@ class CallRow:
     status: str
     reason: str
     invocation_id: str
+    provable: bool = False  # decided by a signed approval, or made under a mandate: it has a proof
 
 
 async def calls(
@@ -450,7 +451,14 @@ async def calls(
         entries = await _recent_entries(uow)
     out = [
         CallRow(
-            i.created_at, i.tool, i.agent_id, i.status.value, i.reason or i.message or "", i.invocation_id
+            i.created_at,
+            i.tool,
+            i.agent_id,
+            i.status.value,
+            i.reason or i.message or "",
+            i.invocation_id,
+            i.mandate_id is not None
+            or (i.approval_id is not None and i.status is not Status.AWAITING_APPROVAL),
         )
         for i in rows
     ]

@@ -28,6 +28,7 @@ from tapgate.domain.notices import NOTICE_EVENTS
 from tapgate.domain.pairing import Pairing
 from tapgate.domain.passkeys import Passkey
 from tapgate.domain.principals import TokenKind
+from tapgate.domain.proofs import IssuerKey, SignedDecision
 from tapgate.domain.push import KEPT, OutboxItem, OutboxStatus
 from tapgate.domain.sessions import Session
 
@@ -55,6 +56,8 @@ class _State:
     passkeys: dict[tuple[str, str], Passkey] = field(default_factory=dict)
     passkey_users: dict[tuple[str, str], bool] = field(default_factory=dict)
     mandates: dict[tuple[str, str], Mandate] = field(default_factory=dict)
+    issuer_keys: dict[tuple[str, str], IssuerKey] = field(default_factory=dict)
+    signatures: dict[tuple[str, str], SignedDecision] = field(default_factory=dict)
 
     def copy(self) -> _State:
         return _State(
@@ -79,6 +82,8 @@ class _State:
             dict(self.passkeys),
             dict(self.passkey_users),
             dict(self.mandates),
+            dict(self.issuer_keys),
+            dict(self.signatures),
         )
 
 
@@ -130,6 +135,7 @@ class MemoryUnitOfWork:
         self.console_sessions = _ConsoleSessions(state, tenant_id)
         self.passkeys = _Passkeys(state, tenant_id)
         self.mandates = _Mandates(state, tenant_id)
+        self.proofs = _Proofs(state, tenant_id)
         self.keys: list[str] = []
         self.handed: dict[str, list[object]] = {}  # what hand(key, value) hands with each key
 
@@ -363,6 +369,10 @@ class _Journal(_Repo):
 
     async def read(self, after: int, limit: int) -> Sequence[AuditEntry]:
         return self.state.audit.get(self.tenant_id, [])[after : after + limit]
+
+    async def find(self, action: str, subject: str) -> Sequence[AuditEntry]:
+        chain = self.state.audit.get(self.tenant_id, [])
+        return [e for e in chain if e.action == action and e.subject == subject]
 
 
 class _Invocations(_Repo):
@@ -825,6 +835,25 @@ class _ConsoleSessions(_Repo):
         found = self.state.console_sessions.get(key)
         if found is not None and (found.last_used_at is None or found.last_used_at < at):
             self.state.console_sessions[key] = replace(found, last_used_at=at)
+
+
+class _Proofs(_Repo):
+    async def issuer_keys(self) -> Sequence[IssuerKey]:
+        found = of_tenant(self.state.issuer_keys, self.tenant_id)
+        return sorted(found, key=lambda k: (k.created_at, k.kid), reverse=True)
+
+    async def add_issuer_key(self, key: IssuerKey) -> None:
+        if (self.tenant_id, key.kid) in self.state.issuer_keys:
+            raise Conflict("The tenant has this issuer key already.")
+        self.state.issuer_keys[(self.tenant_id, key.kid)] = key
+
+    async def keep_signature(self, signed: SignedDecision) -> None:
+        if (self.tenant_id, signed.approval_id) in self.state.signatures:
+            raise Conflict("This approval's signature is kept already.")
+        self.state.signatures[(self.tenant_id, signed.approval_id)] = signed
+
+    async def signature(self, approval_id: str) -> SignedDecision | None:
+        return self.state.signatures.get((self.tenant_id, approval_id))
 
 
 class _Mandates(_Repo):

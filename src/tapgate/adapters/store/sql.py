@@ -34,6 +34,7 @@ from tapgate.adapters.store.sql_devices import SqlDevices, SqlPairings, SqlPassk
 from tapgate.adapters.store.sql_journal import ChainHead, KeptHeads, Notify, SqlEvents, SqlJournal
 from tapgate.adapters.store.sql_mandates import SqlMandates
 from tapgate.adapters.store.sql_outbox import SqlOutbox
+from tapgate.adapters.store.sql_proofs import SqlProofs
 from tapgate.adapters.store.sqlite import SqliteDatabase
 from tapgate.adapters.store.tenancy import across_tenants
 from tapgate.adapters.store.urls import engine_url
@@ -408,6 +409,10 @@ class SqlUnitOfWork:
     @functools.cached_property
     def mandates(self) -> SqlMandates:
         return SqlMandates(self.conn, self.tenant_id)
+
+    @functools.cached_property
+    def proofs(self) -> SqlProofs:
+        return SqlProofs(self.conn, self.tenant_id)
 
     @functools.cached_property
     def ingests(self) -> SqlIngests:

@@ -491,19 +491,33 @@ class SqlJournal(ChainRepo):
         rows = await self.conn.execute(
             self.scoped(select(t.audit_entries)).where(c.seq > after).order_by(c.seq).limit(limit)
         )
-        return [
-            AuditEntry(
-                tenant_id=r.tenant_id,
-                seq=r.seq,
-                at=r.at,
-                action=r.action,
-                actor=r.actor,
-                outcome=r.outcome,
-                subject=r.subject,
-                reason=r.reason,
-                data=json.loads(r.data),
-                prev_hash=r.prev_hash,
-                hash=r.hash,
-            )
-            for r in rows
-        ]
+        return _entries(rows)
+
+    async def find(self, action: str, subject: str) -> Sequence[AuditEntry]:
+        await self.chain.sealed()
+        c = t.audit_entries.c
+        rows = await self.conn.execute(
+            self.scoped(select(t.audit_entries))
+            .where(c.action == action, c.subject == subject)
+            .order_by(c.seq)
+        )
+        return _entries(rows)
+
+
+def _entries(rows: Any) -> list[AuditEntry]:
+    return [
+        AuditEntry(
+            tenant_id=r.tenant_id,
+            seq=r.seq,
+            at=r.at,
+            action=r.action,
+            actor=r.actor,
+            outcome=r.outcome,
+            subject=r.subject,
+            reason=r.reason,
+            data=json.loads(r.data),
+            prev_hash=r.prev_hash,
+            hash=r.hash,
+        )
+        for r in rows
+    ]

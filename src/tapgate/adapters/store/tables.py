@@ -538,5 +538,31 @@ mandates = Table(
     Index("mandates_user", "tenant_id", "user_id", "status"),
 )
 
+# Proofs: each tenant's Ed25519 issuer keys (the newest signs; every one stays published), and what a
+# device signed to decide an approval, so a proof can carry it.
+issuer_keys = Table(
+    "issuer_keys",
+    metadata,
+    Column("tenant_id", String(40), primary_key=True),
+    Column("kid", String(64), primary_key=True),  # the RFC 7638 thumbprint
+    Column("private_jwk", Text, nullable=False),  # secret: never logged, never served
+    Column("created_at", UtcDateTime, nullable=False),
+    ForeignKeyConstraint(["tenant_id"], ["tenants.tenant_id"], ondelete="CASCADE"),
+)
+
+approval_signatures = Table(
+    "approval_signatures",
+    metadata,
+    Column("tenant_id", String(40), primary_key=True),
+    Column("approval_id", String(40), primary_key=True),
+    Column("device_id", String(24), nullable=False),
+    Column("alg", String(16), nullable=False),
+    Column("public_key", Text, nullable=False),  # the device's key as enrolled, base64
+    Column("signature", String(200), nullable=False),  # as the device sent it
+    ForeignKeyConstraint(
+        ["tenant_id", "approval_id"], ["approvals.tenant_id", "approvals.approval_id"], ondelete="CASCADE"
+    ),
+)
+
 TENANT_TABLES = tuple(t.name for t in metadata.sorted_tables)
 APPEND_ONLY_TABLES = ("audit_entries",)

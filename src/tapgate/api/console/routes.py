@@ -19,6 +19,7 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 
 from tapgate.api import qr as qr_code
 from tapgate.api.console.session import SIGN_IN_COOKIE, Visitor, check_origin, form, gateway, visitor
+from tapgate.api.routes.proofs import proof_response
 from tapgate.domain.console import (
     COOKIE_NAME,
     SESSION_LIFETIME,
@@ -420,6 +421,28 @@ async def calls(request: Request) -> Response:
             agent=agent or "",
             status=status or "",
             statuses=STATUS_FILTERS,
+        )
+
+    return await _guard(request, run)
+
+
+@router.get("/console/calls/{invocation_id}/proof")
+async def call_proof(request: Request, invocation_id: str) -> Response:
+    async def run() -> Response:
+        who = await visitor(request)
+        return proof_response(
+            await gateway(request).invocation_proof(who.principal, invocation_id), f"call-{invocation_id}"
+        )
+
+    return await _guard(request, run)
+
+
+@router.get("/console/mandates/{mandate_id}/proof")
+async def mandate_proof(request: Request, mandate_id: str) -> Response:
+    async def run() -> Response:
+        who = await visitor(request)
+        return proof_response(
+            await gateway(request).mandate_proof(who.principal, mandate_id), f"mandate-{mandate_id}"
         )
 
     return await _guard(request, run)
