@@ -30,7 +30,7 @@ from tapgate.services.context import Context
 
 ISSUER_KEY_CREATED = "issuer.key_created"
 _DECIDED = "approval.decided"
-_USED = "mandate.used"
+_CREATED = "invocation.created"  # a covered call's own entry names its mandate and the use it spent
 
 
 async def _current_key(uow: UnitOfWork, now: datetime) -> IssuerKey:
@@ -94,12 +94,12 @@ def _sees(caller: Principal, user_id: str, agent_id: str | None) -> bool:
 
 
 async def _entry(
-    uow: UnitOfWork, action: str, subject: str, invocation_id: str | None = None
+    uow: UnitOfWork, action: str, subject: str, mandate_id: str | None = None
 ) -> tuple[int, str]:
     found = [
         e
         for e in await uow.journal.find(action, subject)
-        if invocation_id is None or e.data.get("invocation_id") == invocation_id
+        if mandate_id is None or e.data.get("mandate_id") == mandate_id
     ]
     if not found:
         raise Conflict("The journal entry for this is not written yet; ask again in a moment.")
@@ -194,7 +194,7 @@ async def for_invocation(
             )
         mandate = await uow.mandates.get(invocation.mandate_id)
         inner = await _mandate_proof(issuer, uow, None if mandate is None else mandate.approval_id, now)
-        entry = await _entry(uow, _USED, invocation.mandate_id, invocation.invocation_id)
+        entry = await _entry(uow, _CREATED, invocation.invocation_id, invocation.mandate_id)
         signer = Signer(Issued(issuer, await _current_key(uow, now), now))
         return call_proof(signer, invocation, inner, entry, disclose)
 
