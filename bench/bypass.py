@@ -4,7 +4,7 @@ once and measured in turns, the order of the servers turned each time; each figu
 turns, each ratio (without / with) the median of the turns' ratios. A bypass is worth keeping where it
 moves a ratio by at least 5% in its favour, beyond the spread of its turns.
 
-The rows are DESIGN §16's: the round trips (WebSocket and long-poll device) and the throughput of fifty
+The rows: the round trips (WebSocket and long-poll device) and the throughput of fifty
 pairs on each engine, and the memory of idle devices (WebSocket links and held long-polls). Beside each
 figure, the server's CPU a call: on a machine busy with other work it moves less than the times do.
 """

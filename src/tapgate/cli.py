@@ -1,4 +1,4 @@
-"""The ``tapgate`` command (DESIGN Appendix B). Exit 0 on success, 1 on a failure it explains, 2 on misuse."""
+"""The ``tapgate`` command. Exit 0 on success, 1 on a failure it explains, 2 on misuse."""
 
 from __future__ import annotations
 

@@ -143,8 +143,9 @@ class Settings(BaseSettings):
     push_lease_seconds: float = Field(LIMITS.push_lease_seconds, ge=1, le=3600)
     push_sweep_seconds: float = Field(LIMITS.push_sweep_seconds, gt=0, le=600)
     max_body_bytes: int = Field(65_536, ge=1024, le=16 * 1024 * 1024)
-    # Bounded resources (DESIGN §15): a request's head, how long it may take, a WebSocket frame, and the
-    # streams (long-polls, event streams, device links) one token may hold open at once in a process.
+    # Bounded resources, so one client cannot exhaust the server: a request's head, how long it may take,
+    # a WebSocket frame, and the streams (long-polls, event streams, device links) one token may hold open
+    # at once in a process.
     max_header_bytes: int = Field(16_384, ge=1024, le=1024 * 1024)
     header_timeout_seconds: float = Field(10.0, gt=0, le=300)
     ws_max_frame_bytes: int = Field(65_536, ge=1024, le=16 * 1024 * 1024)
@@ -164,7 +165,7 @@ class Settings(BaseSettings):
     )  # open console sign-ins per address
     mcp_wait_seconds: float = Field(60, ge=0, le=MAX_WAIT_SECONDS)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
-    # How a change committed by one gateway process wakes the waiters of the others (DESIGN §17): "local"
+    # How a change committed by one gateway process wakes the waiters of the others: "local"
     # (one process), "postgres" (LISTEN/NOTIFY) or "nats" (a NATS broker at nats_url). Empty: local on
     # SQLite, postgres on PostgreSQL.
     wake: str = ""

@@ -510,7 +510,7 @@ class Gateway:
     async def decide(self, caller: Principal, approval_id: str, body: DecisionBody) -> Approval:
         return await approving.decide(self.ctx, caller, approval_id, body, Relying.of(self.public_url))
 
-    # passkeys (DESIGN §22)
+    # passkeys
 
     async def passkey_options(self, caller: DeviceCaller) -> dict[str, Any]:
         return await passkeys.options(self.ctx, Relying.of(self.public_url), caller)

@@ -1,4 +1,4 @@
-"""Where ``tapgate serve`` listens, and the address people and devices are given for it (DESIGN §20)."""
+"""Where ``tapgate serve`` listens, and the address people and devices are given for it."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The operator's commands for people and devices (DESIGN §20): ``tapgate user add|list``, ``tapgate device
+"""The operator's commands for people and devices: ``tapgate user add|list``, ``tapgate device
 list|revoke|grant``, ``tapgate pair`` and ``tapgate backup``. Each calls the same Gateway use case as the
 HTTP API, as the operator of a tenant, on the database the settings name."""
 

@@ -343,7 +343,7 @@ class ConsoleSessions(Protocol):
 
 
 class Passkeys(Protocol):
-    """A device's WebAuthn credentials (DESIGN §22), and each user's own require_user_verification."""
+    """A device's WebAuthn credentials (its passkeys), and each user's own require_user_verification."""
 
     async def add(self, passkey: Passkey) -> None:
         """Register it; the same credential id registered again for the same device keeps its row.

@@ -1,5 +1,5 @@
 """Every JSON body names each key once: a body that repeats one (at any depth) is 400, before any route
-reads it, so no two parsers can disagree on which value counts (DESIGN §15)."""
+reads it, so no two parsers can disagree on which value counts."""
 
 from __future__ import annotations
 

@@ -371,7 +371,7 @@ class DecisionRequest(Request):
     message: str | None = Field(None, max_length=500, description="The person's words to the agent")
     not_me: bool = Field(False, description="This wasn't me: decline and pause the agent")
     passkey: dict[str, Any] | None = Field(
-        None, description="A WebAuthn assertion whose challenge is the SHA-256 of the signed text (§22)"
+        None, description="A WebAuthn assertion whose challenge is the SHA-256 of the signed text"
     )
 
 

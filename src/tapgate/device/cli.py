@@ -1,4 +1,4 @@
-"""``tapgate device …``: the terminal phone (DESIGN §13, Appendix B). Exit 0 on success, 1 on a failure it
+"""``tapgate device …``: the terminal phone. Exit 0 on success, 1 on a failure it
 explains, 2 on misuse."""
 
 from __future__ import annotations

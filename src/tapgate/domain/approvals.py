@@ -292,7 +292,7 @@ def _key(algorithm: KeyAlgorithm, public_key: PublicKey | str) -> PublicKey:
 @functools.lru_cache(maxsize=4096)
 def _loaded(algorithm: KeyAlgorithm, public_key: str) -> PublicKey:
     """A device's stored key, loaded once: the same text is always the same public key, and loading it
-    costs about a quarter of a P-256 verify (DESIGN §16's decisions target)."""
+    costs about a quarter of a P-256 verify, which every decision would pay again."""
     return load_public_key(algorithm, public_key)
 
 

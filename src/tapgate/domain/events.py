@@ -18,7 +18,7 @@ INGEST_MESSAGE = "ingest.message"
 TOOLS_CHANGED = "tools.changed"
 AGENTS_PAUSED = "agents.paused"  # the person paused every agent from the console
 AGENTS_RESUMED = "agents.resumed"
-# A device's life, as the agent may want to know it (DESIGN §18): each carries the device id only.
+# A device's life, as the agent may want to know it: each carries the device id only.
 DEVICE_PAIRED = "device.paired"
 DEVICE_REVOKED = "device.revoked"
 DEVICE_ONLINE = "device.online"

@@ -1,13 +1,13 @@
-"""Passkeys (DESIGN §22): a decision that proves the person, not only the phone.
+"""Passkeys: a decision that proves the person, not only the phone.
 
 A device registers a WebAuthn credential: a platform authenticator (the phone's secure hardware), user
 verification required, the relying party the host of ``public_url``, attestation ``none`` (tapgate does
 not judge the authenticator's make, only that the same credential answers later). With
 ``require_user_verification`` on, every decision carries an assertion of that credential whose challenge
-is the SHA-256 of the exact signed text of DESIGN §6, so the assertion is for this approval, this
+is the SHA-256 of the exact signed text of the decision, so the assertion is for this approval, this
 decision and this action and no other; its user-verified flag must be set (Face ID, fingerprint or PIN
 just now) and its sign count must move forward, or stay 0 for an authenticator that always reports 0
-(WebAuthn §6.1.1).
+(as the WebAuthn specification allows).
 
 The checks themselves are the ``webauthn`` library's (py_webauthn, Duo Labs): the client data's type,
 challenge and origin, the relying party's hash, the flags, the counter and the signature over the COSE
@@ -81,7 +81,7 @@ class Verified:
 
 
 def decision_challenge(signed_text: str) -> bytes:
-    """The challenge of a decision's assertion: the SHA-256 of the exact §6 text."""
+    """The challenge of a decision's assertion: the SHA-256 of the exact signed text."""
     return hashlib.sha256(signed_text.encode("utf-8")).digest()
 
 

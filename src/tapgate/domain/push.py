@@ -63,7 +63,7 @@ class OutboxStatus(StrEnum):
     SENT = "sent"
     SKIPPED = "skipped"  # by its moment, what it announced was fetched, answered or decided, or no target
     COALESCED = "coalesced"  # another push to the same device carried this wake-up
-    CAPPED = "capped"  # the person had their pushes for the window (DESIGN §7.1)
+    CAPPED = "capped"  # the person had their pushes for the window (no push fatigue)
     FAILED = "failed"  # every attempt failed, or the push service refused it for good
     HELD = "held"  # a notice for a device with no push target: kept for its live link, never pushed
     LINKED = "linked"  # the device's live link carried the notice: no push needed
@@ -144,7 +144,7 @@ def plan_pushes(
     cap: int,
     coalesce_seconds: float,
 ) -> Plan:
-    """Decide the claimed rows that still announce something (DESIGN §7.1).
+    """Decide the claimed rows that still announce something.
 
     Rows for one device and event become one push (the oldest row carries it; the device fetches
     everything anyway). A device pushed less than ``coalesce_seconds`` ago waits out the rest of that

@@ -1,7 +1,7 @@
 """The hardline scan: outbound text that looks like a secret is refused before anything is written.
 
 Every text tapgate would send for an agent (an SMS body, a draft, a URL, any string argument) passes
-``check_outbound`` before the invocation row exists (§3.3 step 7, gate G8). ``scan`` returns the first
+``check_outbound`` before the invocation row exists. ``scan`` returns the first
 finding: a ``kind`` and a span, never the matched text, so no repr, message or log line can carry it.
 
 Why hand-written patterns and not a library. detect-secrets (Yelp) 1.5.0 was measured on
@@ -34,7 +34,7 @@ Decisions, each kept by the corpus:
 - A URL is refused when it embeds a password (``https://user:pass@host``), not for a user name alone.
 - The text is scanned in its NFKC form, so full-width look-alikes do not hide a key; spans index that form,
   which is the text itself unless it held compatibility characters.
-- A key written so the plain scan misses it is looked for too (DESIGN §15). The text with its
+- A key written so the plain scan misses it is looked for too. The text with its
   separators removed (whitespace, and each of dashes, dots, underscores, slashes and commas in turn, the
   providers' prefixes that hold one kept whole), and all of a call's strings joined, are searched for the
   providers' shapes; a key may start or end where the text was joined though a word touches it there (a

@@ -1,4 +1,4 @@
-"""What the person is shown of a value: all of it, with nothing hidden (DESIGN §15).
+"""What the person is shown of a value: all of it, with nothing hidden.
 
 A value is never cut: one too long to show raises ``TooLongToShow`` and the call is refused. Runs of more
 than three whitespace characters are shown as their count (``⟨40 spaces⟩``), so text cannot hide behind a

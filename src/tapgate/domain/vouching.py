@@ -1,4 +1,4 @@
-"""Vouching (DESIGN §15): a user who has a device already lets a new one in only from a device they have.
+"""Vouching: a user who has a device already lets a new one in only from a device they have.
 
 A claimed pairing opens an approval of kind ``device_pair`` on the user's approvers. Its planned action, like
 any other approval's, is hashed into the signed text: the new device's id, name, kind, key fingerprint and

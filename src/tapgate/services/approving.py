@@ -49,7 +49,7 @@ class DecisionBody:
     signature: str | None = None
     message: str | None = None
     not_me: bool = False
-    passkey: Mapping[str, Any] | None = None  # a WebAuthn assertion over the signed text (DESIGN §22)
+    passkey: Mapping[str, Any] | None = None  # the passkey's WebAuthn assertion over the signed text
 
 
 def _user_of(caller: Principal) -> str:

@@ -1,6 +1,6 @@
 """When the long-poll handed each call to its device, remembered in this process and written in batches,
-so that a device's fetch commits nothing (DESIGN §16) while work it holds is not handed again for
-``redelivery_seconds`` (DESIGN §18).
+so that a device's fetch commits nothing while work it holds is not handed again for
+``redelivery_seconds``.
 
 The long-poll reads when a call was handed over to leave it out until its redelivery is due. That mark
 used to be written by the fetch itself: a writing transaction per call, for a device that polls. Now the

@@ -1,4 +1,4 @@
-"""A device's live link (DESIGN §3.4, §18): the frames it receives, and what becomes of the ones it sends.
+"""A device's live link: the frames it receives, and what becomes of the ones it sends.
 
 ``frames`` yields, for as long as the link lives: every pending call as ``device:invoke``, every open
 approval of the person as ``device:approval`` and every notice waiting for the device as

@@ -1,4 +1,4 @@
-"""Notices (DESIGN §3.6, §18): an agent's content-free heads-up for each of the person's active devices,
+"""Notices: an agent's content-free heads-up for each of the person's active devices,
 written as one outbox row per device in the transaction that accepts it, so it survives a restart.
 
 A device with a live link hears it as ``device:notice`` (``services/linking.py``), which marks the row

@@ -102,7 +102,8 @@ async def claim_code(store: Store, clock: Clock, body: Mapping[str, Any], max_de
 async def _may_consent(
     uow: UnitOfWork, caller: Principal, pairing: Pairing, device: Device, signature_required: bool
 ) -> None:
-    """Who may say yes with a plain consent (§15 Vouching). Raises Forbidden with where to approve."""
+    """Who may say yes with a plain consent: the operator, or anyone where no device of the user must
+    vouch and no signature is required. Raises Forbidden with where to approve."""
     if caller.kind is TokenKind.OPERATOR:
         return
     if await vouchers(uow, pairing.user_id, device.device_uid):

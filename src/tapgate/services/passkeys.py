@@ -1,4 +1,4 @@
-"""Passkeys (DESIGN §22): a device registers its WebAuthn credential, and a decision proves the person.
+"""Passkeys: a device registers its WebAuthn credential, and a decision proves the person.
 
 The decision path calls ``check_decision`` once, before the device signature is checked, in the same
 unit of work: a good assertion moves the credential's sign count there and then, so the same assertion
@@ -116,7 +116,7 @@ async def check_decision(
     verification flag off, a challenge for another text, another credential (one of no active device of
     the approval's user, or not of the device that signed), a replay or a count that went back."""
     if assertion is None:
-        if caller.kind is TokenKind.OPERATOR:  # the operator decides without a phone (DESIGN §6)
+        if caller.kind is TokenKind.OPERATOR:  # the operator decides without a phone
             return None
         own = await uow.passkeys.required(approval.user_id)
         required = ctx.limits.require_user_verification if own is None else own

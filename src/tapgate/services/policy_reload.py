@@ -1,4 +1,4 @@
-"""Reload the policies file without a restart: on SIGHUP and when the file changes (DESIGN §21).
+"""Reload the policies file without a restart: on SIGHUP and when the file changes.
 
 Each second the watcher compares the file's modification time and size with those of the rules in force
 (one ``stat``). A change is read once two looks in a row agree, so a file still being written is left

@@ -1,4 +1,4 @@
-"""Retention (DESIGN §15): after ``retention_days`` the message bodies tapgate held for a person are
+"""Retention: after ``retention_days`` the message bodies tapgate held for a person are
 erased: forwarded SMS bodies (and their senders), the arguments of ``sms_send`` and ``phone_actions``
 calls (on the call, and on the approval that showed them), and every result text. Rows, argument
 digests, receipts and the audit journal stay, so what happened can still be told and verified; what was

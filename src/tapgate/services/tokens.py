@@ -1,4 +1,4 @@
-"""Tokens have a life (DESIGN §15): list them without their secrets, and revoke one (a held request
+"""Tokens have a life: list them without their secrets, and revoke one (a held request
 learns of it through ``token_watch``). A console session is listed and revoked with them (kind
 ``console_session``): it is as much the person's credential."""
 

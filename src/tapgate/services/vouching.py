@@ -1,4 +1,4 @@
-"""Vouching (DESIGN §15): a new pairing of a user who has an approver (a device that approves for them)
+"""Vouching: a new pairing of a user who has an approver (a device that approves for them)
 waits for one of their approvers to sign a ``device_pair`` approval; every completed pairing is announced
 to the user's approvers."""
 

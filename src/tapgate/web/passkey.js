@@ -1,4 +1,4 @@
-// Passkeys (DESIGN §22): a WebAuthn credential in the phone's own secure hardware, used with the person's
+// Passkeys: a WebAuthn credential in the phone's own secure hardware, used with the person's
 // face, fingerprint or screen lock. Registered once (right after pairing, or from "This device"); then
 // every Approve and Deny asks for it, with the SHA-256 of the exact signed text as the challenge, so the
 // gateway learns the person confirmed this decision, not only that this browser's key signed it.

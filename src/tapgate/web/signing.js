@@ -1,4 +1,4 @@
-// The text a device signs to decide an approval (DESIGN §6): the same eight lines, byte for byte, as
+// The text a device signs to decide an approval: the same eight lines, byte for byte, as
 // tapgate.domain.approvals.signed_text builds on the server, each ending in "\n".
 
 const LINE_BREAKS = /[\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029]/;
@@ -65,8 +65,8 @@ async function sha256Hex(text) {
   return Array.from(new Uint8Array(digest), (b) => b.toString(16).padStart(2, "0")).join("");
 }
 
-/** The planned action's hash (DESIGN §6), recomputed from what the inbox item shows: its tool, subject
- * (the device), kind (the capability), exact arguments and preview. */
+/** The planned action's hash (a line of the signed text), recomputed from what the inbox item shows: its
+ * tool, subject (the device), kind (the capability), exact arguments and preview. */
 export async function actionSha256(approval) {
   if (!approval.arguments || typeof approval.arguments !== "object" || !approval.preview) {
     throw new Error("the approval lacks the arguments or the preview its hash covers");

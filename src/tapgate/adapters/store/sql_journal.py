@@ -1,7 +1,7 @@
 """The audit journal and the agent's event stream on SQLite and PostgreSQL, numbered by whoever holds the
 tenant's chain head; every statement names its tenant.
 
-No writer takes the tenant's head on PostgreSQL (DESIGN §16): a writing unit of work writes its entries
+No writer takes the tenant's head on PostgreSQL: a writing unit of work writes its entries
 and events unnumbered, to ``audit_pending`` / ``events_pending``, with the rest of what it writes as it
 ends. Whoever holds the head seals what is pending, in key order: a reader (which waits for the head, as
 it must see everything committed, and seals before it reads) or the store's sealer (``sql.py``), woken by

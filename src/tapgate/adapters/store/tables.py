@@ -248,7 +248,7 @@ invocations = Table(
     metadata,
     Column("tenant_id", String(40), primary_key=True),
     Column("invocation_id", String(64), primary_key=True),
-    Column("user_id", String(40), primary_key=True),  # an id is its user's own (DESIGN §15)
+    Column("user_id", String(40), primary_key=True),  # an id is its user's own
     Column("agent_id", String(40), nullable=False),
     Column("device_uid", String(16), nullable=False),
     Column("device_id", String(24), nullable=False),
@@ -484,7 +484,7 @@ console_sessions = Table(
     Index("console_sessions_approver", "tenant_id", "approver_uid"),
 )
 
-# Passkeys (DESIGN §22): a device's WebAuthn credentials (the COSE public key, base64url) and its count.
+# Passkeys: a device's WebAuthn credentials (the COSE public key, base64url) and its count.
 passkeys = Table(
     "passkeys",
     metadata,

@@ -1,4 +1,4 @@
-"""The device's live link: a WebSocket carrying the frames of DESIGN §3.4 and §18.
+"""The device's live link: a WebSocket carrying the device's frames both ways.
 
 The device authenticates with its token in the upgrade's Authorization header or in a first
 ``device:auth`` frame. What the server sends comes from the gateway (``Gateway.device_link``: calls,

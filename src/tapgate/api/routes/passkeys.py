@@ -1,4 +1,4 @@
-"""Passkeys (DESIGN §22): the device registers a WebAuthn credential; the operator sets who must use one."""
+"""Passkeys: the device registers a WebAuthn credential; the operator sets who must use one."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Tokens have a life: list them without their secrets, and revoke one (DESIGN §15). A console session
+"""Tokens have a life: list them without their secrets, and revoke one. A console session
 is listed and revoked with them."""
 
 from __future__ import annotations

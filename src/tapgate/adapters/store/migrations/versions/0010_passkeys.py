@@ -1,4 +1,4 @@
-"""Passkeys (DESIGN §22): each device's WebAuthn credentials, and the users who must verify themselves.
+"""Passkeys: each device's WebAuthn credentials, and the users who must verify themselves.
 
 Revision ID: 0010
 Revises: 0009

@@ -1,5 +1,5 @@
 """An invocation id is its user's own: the key of a call is (tenant, id, user), so two people of one tenant
-may choose the same id and neither learns of the other's call (DESIGN §15). An approval names its call by
+may choose the same id and neither learns of the other's call. An approval names its call by
 the same three columns.
 
 Revision ID: 0011

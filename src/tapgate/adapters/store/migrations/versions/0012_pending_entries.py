@@ -1,4 +1,4 @@
-"""No tenant-wide lock (DESIGN §16): entries and events a writer could not number wait in ``audit_pending``
+"""No tenant-wide lock: entries and events a writer could not number wait in ``audit_pending``
 and ``events_pending`` until the holder of the tenant's chain head seals them. An ingest receipt no longer
 names its event's number, which a writer that did not hold the head cannot know.
 
