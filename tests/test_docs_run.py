@@ -316,6 +316,27 @@ def test_no_doc_cites_the_design_file_a_user_does_not_have(doc: str) -> None:
     assert "DESIGN" not in text, [line for line in text.splitlines() if "DESIGN" in line]
 
 
+SOURCE_TEXT = {".py", ".js", ".html", ".css", ".mako", ".json", ".webmanifest", ".txt"}
+
+
+def test_no_source_comment_or_page_cites_the_design_file_a_user_does_not_have() -> None:
+    """Docstrings become ``--help`` and API descriptions; people read the pages and scripts served."""
+    files = [
+        path
+        for folder in (ROOT / "src" / "tapgate", ROOT / "bench")
+        for path in sorted(folder.rglob("*"))
+        if path.suffix in SOURCE_TEXT and "__pycache__" not in path.parts
+    ]
+    assert len(files) > 200
+    citing = [
+        f"{path.relative_to(ROOT)}:{number}: {line.strip()}"
+        for path in files
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if "DESIGN" in line or "\N{SECTION SIGN}" in line
+    ]
+    assert not citing, citing
+
+
 def test_no_commands_help_cites_the_design_file_a_user_does_not_have() -> None:
     import typer
     from typer.testing import CliRunner
