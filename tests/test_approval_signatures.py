@@ -643,11 +643,22 @@ def test_a_sign_block_carries_a_fresh_challenge_and_expires_ttl_seconds_after_no
 
 @pytest.mark.parametrize(
     ("now", "ttl", "why"),
-    [(datetime(2026, 11, 30, 12, 0), 3600, "timezone-aware"), (NOW, 0, "positive"), (NOW, -5, "positive")],
+    [
+        (datetime(2026, 11, 30, 12, 0), 3600, "now must be timezone-aware"),
+        (NOW, 0, "ttl_seconds must be a positive integer"),
+        (NOW, -5, "ttl_seconds must be a positive integer"),
+        (NOW, "60", "ttl_seconds must be a positive integer"),
+        (NOW, True, "ttl_seconds must be a positive integer"),
+        (NOW, 1.5, "ttl_seconds must be a positive integer"),
+    ],
 )
-def test_a_sign_block_needs_an_aware_clock_and_a_positive_ttl(now: datetime, ttl: int, why: str) -> None:
-    with pytest.raises(ValueError, match=why):
-        new_sign_block(ACTION, now, ttl)
+def test_a_sign_block_needs_an_aware_clock_and_a_positive_ttl(now: datetime, ttl: object, why: str) -> None:
+    with pytest.raises(ValueError, match=f"^{why}$"):
+        new_sign_block(ACTION, now, ttl)  # type: ignore[arg-type]
+
+
+def test_a_sign_block_may_live_one_second() -> None:
+    assert new_sign_block(ACTION, NOW, 1).expires_at == int(NOW.timestamp()) + 1
 
 
 # --- the vectors file ------------------------------------------------------------------------------

@@ -197,8 +197,9 @@ def test_a_preview_shows_every_argument_in_the_capabilitys_order_with_its_label(
     }
 
 
-def test_a_preview_names_the_assistant_when_the_agent_has_no_name() -> None:
-    assert render_preview(LIGHT, {})["who"] == YOUR_ASSISTANT
+def test_a_preview_names_the_assistant_when_the_agent_has_no_name_and_gives_no_reason_unless_told() -> None:
+    preview = render_preview(LIGHT, {})
+    assert (preview["who"], preview["why"]) == (YOUR_ASSISTANT, "")
 
 
 def test_a_boolean_reads_as_the_manifests_words_or_yes_and_no() -> None:

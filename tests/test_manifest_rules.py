@@ -1,7 +1,10 @@
-"""A manifest breaking a rule is refused naming the field and saying in a sentence what to send instead."""
+"""A device's manifest, grants, name and push route, judged on the domain rules alone: what is refused, with
+which field and sentence, and what is kept."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -14,9 +17,24 @@ from tapgate.domain.devices import (
     PARAM_DESCRIPTION_MAX,
     Capability,
     CapabilityKind,
+    Declared,
+    Device,
+    DeviceStatus,
     Param,
     ParamType,
+    Presence,
+    PushTarget,
+    apply_grants,
+    changed,
+    check_device_id,
+    check_device_kind,
+    check_device_name,
+    check_push,
+    grants_lost,
     parse_manifest,
+    read_grants,
+    redeclare,
+    self_marked,
 )
 from tapgate.domain.errors import InvalidInput
 
@@ -323,3 +341,232 @@ def test_a_manifest_may_mark_grants_only_where_the_caller_allows_it() -> None:
     with pytest.raises(InvalidInput) as refused:
         parse_manifest([cap(granted="yes")], allow_granted=True)
     assert refused.value.field == "capabilities[0].granted"
+
+
+SLUG_RULE = "must be lower-case letters and digits in words joined by '-', at most 24 characters"
+
+
+@pytest.mark.parametrize(
+    ("push", "field", "message"),
+    [
+        (["fcm"], "push", "push must be an object with 'kind' and 'token'."),
+        ({"kind": "fcm", "token": "a", "x": 1}, "push", "push must be an object with 'kind' and 'token'."),
+        ({"kind": 3, "token": "a"}, "push.kind", "push.kind must be a string such as 'fcm' or 'webpush'."),
+        ({"token": "a"}, "push.kind", "push.kind must be a string such as 'fcm' or 'webpush'."),
+        ({"kind": "Fcm!", "token": "a"}, "push.kind", f"push.kind {SLUG_RULE} (like 'ana' or 'desk-lamp')."),
+        (
+            {"kind": "x" * 25, "token": "a"},
+            "push.kind",
+            f"push.kind {SLUG_RULE} (like 'ana' or 'desk-lamp').",
+        ),
+        ({"kind": "fcm", "token": ""}, "push.token", "push.token must be a non-empty string."),
+        ({"kind": "fcm"}, "push.token", "push.token must be a non-empty string."),
+        ({"kind": "fcm", "token": "x" * 4097}, "push.token", "push.token is longer than 4096 characters."),
+    ],
+)
+def test_a_push_route_that_is_not_a_kind_and_a_token_is_refused(
+    push: object, field: str, message: str
+) -> None:
+    with pytest.raises(InvalidInput) as refused:
+        check_push(push)
+    assert (refused.value.field, refused.value.message) == (field, message)
+
+
+def test_a_push_route_is_kept_as_sent_and_may_be_absent() -> None:
+    assert check_push(None) is None
+    assert check_push({"kind": "web-push", "token": "x" * 4096}) == PushTarget("web-push", "x" * 4096)
+    with pytest.raises(InvalidInput) as refused:
+        check_push({"token": "a"}, "device.push")
+    assert refused.value.field == "device.push.kind"
+
+
+@pytest.mark.parametrize(
+    ("check", "value", "field", "message"),
+    [
+        (check_device_name, "", "name", "name must be a non-empty string."),
+        (check_device_name, "   ", "name", "name must be a non-empty string."),
+        (check_device_name, 3, "name", "name must be a non-empty string."),
+        (check_device_name, "Lamp (kitchen)", "name", "name may not contain brackets or parentheses."),
+        (check_device_name, "Lamp [1]", "name", "name may not contain brackets or parentheses."),
+        (check_device_name, "x" * 41, "name", "name is longer than 40 characters."),
+        (check_device_kind, 3, "kind", "kind must be a string like 'phone' or 'lamp'."),
+        (check_device_kind, "Lamp", "kind", f"kind {SLUG_RULE} (like 'ana' or 'desk-lamp')."),
+        (check_device_id, 3, "device_id", "device_id must be a string."),
+        (check_device_id, "x" * 25, "device_id", f"device_id {SLUG_RULE} (like 'ana' or 'desk-lamp')."),
+        (check_device_id, "Desk Lamp", "device_id", f"device_id {SLUG_RULE} (like 'ana' or 'desk-lamp')."),
+    ],
+)
+def test_a_device_name_kind_or_id_breaking_its_rule_is_refused_with_a_sentence(
+    check: Any, value: object, field: str, message: str
+) -> None:
+    with pytest.raises(InvalidInput) as refused:
+        check(value)
+    assert (refused.value.field, refused.value.message) == (field, message)
+
+
+def test_a_device_name_kind_and_id_are_kept_and_the_field_is_named_as_the_caller_says() -> None:
+    assert check_device_name("  Desk lamp ") == "Desk lamp"
+    assert check_device_name("x" * 40) == "x" * 40
+    assert check_device_kind("lamp") == "lamp"
+    assert check_device_id("x" * 24) == "x" * 24
+    for check in (check_device_name, check_device_kind, check_device_id):
+        with pytest.raises(InvalidInput) as refused:
+            check(3, "device.x")
+        assert refused.value.field == "device.x"
+
+
+GRANTS_RULE = (
+    'grants must be a list of capability names (["set_light"]) or an object of capability names and true '
+    'or false ({"set_light": true}).'
+)
+
+
+def test_grants_come_as_a_list_to_grant_or_an_object_to_grant_and_withdraw() -> None:
+    assert read_grants(["a", "b"]) == {"a": True, "b": True}
+    assert read_grants({"a": True, "b": False}) == {"a": True, "b": False}
+    names = [f"c{i}" for i in range(32)]
+    assert read_grants(names) == dict.fromkeys(names, True)
+
+
+@pytest.mark.parametrize(
+    ("grants", "message"),
+    [
+        ("a", GRANTS_RULE),
+        ([1], GRANTS_RULE),
+        ({"a": 1}, GRANTS_RULE),
+        ({1: True}, GRANTS_RULE),
+        ([f"c{i}" for i in range(33)], "grants names at most 32 capabilities."),
+        ({f"c{i}": True for i in range(33)}, "grants names at most 32 capabilities."),
+    ],
+)
+def test_grants_in_another_shape_or_too_many_are_refused(grants: object, message: str) -> None:
+    with pytest.raises(InvalidInput) as refused:
+        read_grants(grants, "grants")
+    assert (refused.value.field, refused.value.message) == ("grants", message)
+
+
+LIGHT = Capability("set_light", CapabilityKind.ACTUATOR, "Light", (Param("on", ParamType.BOOLEAN, True),))
+SENSOR = Capability("read_temp", CapabilityKind.SENSOR, "Temperature")
+
+
+def test_applying_grants_grants_what_they_name_and_nothing_else() -> None:
+    declared = [Declared(LIGHT, granted=True), Declared(SENSOR)]
+    assert apply_grants(declared, None) == declared
+    assert apply_grants(declared, ["read_temp"]) == [Declared(LIGHT, False), Declared(SENSOR, True)]
+    assert apply_grants(declared, {"set_light": True}) == [Declared(LIGHT, True), Declared(SENSOR, False)]
+    with pytest.raises(InvalidInput) as refused:
+        apply_grants(declared, ["unlock_door"], "device.grants")
+    assert (refused.value.field, refused.value.message) == (
+        "device.grants",
+        "device.grants: the device does not declare 'unlock_door'.",
+    )
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"kind": CapabilityKind.SENSOR},
+        {"confirm": True},
+        {"label": "Lamp"},
+        {"params": (Param("on", ParamType.BOOLEAN, False),)},
+    ],
+)
+def test_a_redeclared_capability_that_changed_what_was_granted_asks_again(change: dict[str, Any]) -> None:
+    new = replace(LIGHT, **change)
+    assert changed(LIGHT, new)
+    assert redeclare([Declared(LIGHT, True)], [Declared(new)]) == [Declared(new, False)]
+    assert grants_lost(
+        [Declared(LIGHT, True), Declared(SENSOR, True)], [Declared(new), Declared(SENSOR)]
+    ) == ["set_light"]
+
+
+def test_a_redeclared_capability_keeps_its_grant_when_only_its_description_changed() -> None:
+    new = replace(LIGHT, description="The desk light")
+    assert not changed(LIGHT, new)
+    assert redeclare([Declared(LIGHT, True), Declared(SENSOR)], [Declared(new), Declared(SENSOR, True)]) == [
+        Declared(new, True),
+        Declared(SENSOR, False),
+    ]
+    assert grants_lost([Declared(LIGHT, True)], [Declared(new)]) == []
+
+
+def test_a_device_never_raises_its_own_grants_it_asks_for_them() -> None:
+    merged = redeclare([Declared(LIGHT, True)], [Declared(LIGHT, True), Declared(SENSOR, True)])
+    assert merged == [Declared(LIGHT, True), Declared(SENSOR, False)]
+    assert self_marked(merged, [Declared(LIGHT, True), Declared(SENSOR, True)]) == [SENSOR]
+    assert self_marked(merged, [Declared(LIGHT, True), Declared(SENSOR, False)]) == []
+
+
+def test_an_ungranted_or_removed_capability_loses_no_grant() -> None:
+    assert grants_lost([Declared(LIGHT, False)], [Declared(replace(LIGHT, confirm=True))]) == []
+    assert grants_lost([Declared(LIGHT, True)], []) == []
+    assert redeclare([Declared(LIGHT, True)], [Declared(SENSOR)]) == [Declared(SENSOR, False)]
+
+
+def test_a_capability_is_described_to_devices_and_agents_exactly() -> None:
+    [declared] = parse_manifest(
+        [
+            cap(
+                label="Light",
+                description="D",
+                confirm=True,
+                params={
+                    "on": {
+                        "type": "boolean",
+                        "required": True,
+                        "true_label": "On",
+                        "false_label": "Off",
+                        "description": "Power",
+                        "label": "Power",
+                    },
+                    "mode": {"type": "enum", "enum": ["warm", "cold"]},
+                    "level": {"type": "integer"},
+                },
+            )
+        ]
+    )
+    assert declared.capability.as_dict() == {
+        "name": "set_light",
+        "kind": "actuator",
+        "description": "D",
+        "label": "Light",
+        "confirm": True,
+        "params": {
+            "on": {
+                "type": "boolean",
+                "required": True,
+                "description": "Power",
+                "label": "Power",
+                "true_label": "On",
+                "false_label": "Off",
+            },
+            "mode": {"type": "enum", "required": False, "enum": ["warm", "cold"]},
+            "level": {"type": "integer", "required": False},
+        },
+    }
+    assert declared.capability.json_schema() == {
+        "type": "object",
+        "properties": {
+            "on": {"type": "boolean", "description": "Power"},
+            "mode": {"type": "string", "enum": ["warm", "cold"]},
+            "level": {"type": "integer"},
+        },
+        "required": ["on"],
+        "additionalProperties": False,
+    }
+    assert "label" not in SENSOR.as_dict()
+
+
+def test_a_device_is_online_when_active_and_linked_or_pushable() -> None:
+    now = datetime(2026, 3, 1, tzinfo=UTC)
+    device = Device("t", "u", "uid", "lamp", "Lamp", "lamp", "p256", "k", DeviceStatus.ACTIVE, now)
+    assert not device.live(now) and not device.reachable(now) and not device.presence().online(now)
+    linked = replace(device, link_until=now + timedelta(seconds=1))
+    assert linked.live(now) and linked.reachable(now) and linked.presence().online(now)
+    assert not replace(device, link_until=now).live(now)
+    pushable = replace(device, push=PushTarget("fcm", "t"))
+    assert not pushable.live(now) and pushable.reachable(now) and pushable.presence().online(now)
+    revoked = replace(linked, status=DeviceStatus.REVOKED)
+    assert revoked.reachable(now) and not revoked.presence().online(now)
+    assert device.presence() == Presence(DeviceStatus.ACTIVE, None, False)
+    assert device.with_capabilities([Declared(LIGHT)]).capabilities == (Declared(LIGHT),)
