@@ -353,6 +353,27 @@ def test_trailing_bytes_after_a_der_signature_are_refused() -> None:
     assert refusal(DER, payload, b64(blob + blob)) == "trailing bytes after the DER signature"
 
 
+def test_a_der_signature_whose_declared_part_does_not_parse_is_malformed_not_trailing() -> None:
+    payload = text()
+    # declares 2 bytes of content, an INTEGER of length 0, then a stray byte: nothing parses
+    assert refusal(DER, payload, b64(b"\x30\x02\x02\x00\x00")) == "malformed DER"
+
+
+def test_json_that_has_no_single_form_is_refused_on_the_json_field_with_the_reason() -> None:
+    with pytest.raises(InvalidInput) as refused:
+        canonical_json({1: "a"})
+    assert (refused.value.field, refused.value.message) == (
+        "json",
+        "A JSON object key must be a string, not 1.",
+    )
+    with pytest.raises(InvalidInput) as refused:
+        canonical_json({"a": float("nan")})
+    assert (refused.value.field, refused.value.message) == (
+        "json",
+        "The value cannot be canonical JSON: Out of range float values are not JSON compliant.",
+    )
+
+
 def test_a_non_minimal_der_signature_is_refused() -> None:
     payload = text()
     blob = DER.sign_bytes(payload)

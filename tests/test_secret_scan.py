@@ -419,6 +419,22 @@ def test_capital_words_run_together_do_not_hide_a_later_split_key() -> None:
         )
 
 
+def test_a_key_split_across_two_fields_is_refused_naming_both() -> None:
+    token = "ghp_" + "Xk29Lm3pQr7vTz8Ws1Yb4Nc6Hd5Jf0Ge2Va7"
+    with pytest.raises(SecretRefused) as refused:
+        check_outbound([("to", token[:20]), ("body", token[20:])])
+    assert (refused.value.field, refused.value.finding) == ("to + body", SecretFinding("github_token", 0, 40))
+
+
+def test_a_split_key_whose_field_edges_touch_other_words_is_still_refused() -> None:
+    # Each field is clean alone; the key starts and ends exactly where one field meets the next.
+    fields = [("title", "note"), ("to", "AKIAZ7Q2"), ("body", "M4R6T5V3W5X2"), ("sign", "xyz")]
+    assert all(scan(text) is None for _, text in fields)
+    with pytest.raises(SecretRefused) as refused:
+        check_outbound(fields)
+    assert refused.value.finding == SecretFinding("aws_access_key", 4, 24)
+
+
 # -- the thresholds, at their edges -----------------------------------------------------------------------
 
 
