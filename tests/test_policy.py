@@ -25,6 +25,7 @@ from tapgate.domain.policy import (
     Verdict,
     decide,
     parse_policies,
+    parse_policies_reporting,
 )
 
 STRICTNESS = {Verdict.ALLOW: 0, Verdict.ASK: 1, Verdict.BLOCK: 2}
@@ -661,3 +662,25 @@ def test_any_condition_either_loads_or_is_refused_with_its_line(condition: str) 
         {"version": 1, "policies": [{"name": "r", "decision": "block", "condition": condition}]}
     )
     assert loads_or_is_refused_with_a_line(text)
+
+
+def test_checking_a_file_keeps_the_rules_that_parse_and_reports_every_broken_one_by_line() -> None:
+    text = textwrap.dedent(
+        """\
+        version: 1
+        policies:
+          - name: texts-ask
+            condition: capability equals "sms_send"
+            decision: require_approval
+          - decision: block
+          - name: ''
+            decision: block
+        """
+    )
+    rules, problems = parse_policies_reporting(text, "mine.yaml")
+    assert [rule.name for rule in rules.rules] == ["texts-ask"]
+    assert [(p.source, p.line, p.reason) for p in problems] == [
+        ("mine.yaml", 6, "a rule needs a name"),
+        ("mine.yaml", 7, "name is empty"),
+    ]
+    assert parse_policies_reporting(text)[1][0].source == "policies.yaml"
