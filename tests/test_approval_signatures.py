@@ -374,6 +374,50 @@ def test_json_that_has_no_single_form_is_refused_on_the_json_field_with_the_reas
     )
 
 
+def test_a_signature_of_the_longest_allowed_length_is_read_and_refused_for_what_it_holds() -> None:
+    assert refusal(DER, text(), "A" * 200) == (
+        "wrong length: 150 bytes are neither a DER signature nor a 64-byte r‖s"
+    )
+    assert refusal(DER, text(), "A" * 201) == "too long"
+
+
+def test_four_characters_of_base64_are_refused_for_their_length_not_their_padding() -> None:
+    assert (
+        refusal(DER, text(), "AAAA") == "wrong length: 3 bytes are neither a DER signature nor a 64-byte r‖s"
+    )
+
+
+def test_a_payload_that_is_not_utf8_text_is_refused_as_such() -> None:
+    assert refusal(DER, "\ud800", DER.sign(text())) == "payload is not UTF-8 text"
+
+
+def test_a_p256_key_signs_in_der_unless_raw_is_asked_for() -> None:
+    blob = base64.b64decode(sign_decision(DER.key, text()))
+    assert blob[:1] == b"\x30" and decode_dss_signature(blob)
+
+
+def test_an_r_s_signature_that_starts_like_der_still_verifies() -> None:
+    # r's first byte is 0x30, the DER tag, about once in 256 signatures
+    for attempt in range(5000):
+        payload = text() + str(attempt)
+        blob = RAW.sign_bytes(payload)
+        if blob[0] == 0x30:
+            verify_decision(RAW.alg, RAW.public_key, payload, b64(blob))
+            return
+    pytest.fail("no r‖s signature starting with 0x30 in 5000 tries")
+
+
+def test_a_der_signature_whose_base64_ends_in_x_verifies() -> None:
+    # 96 characters, no padding: stripping padding must strip '=' only
+    for attempt in range(20000):
+        payload = text() + str(attempt)
+        signature = DER.sign(payload)
+        if len(signature) == 96 and signature.endswith("X"):
+            verify_decision(DER.alg, DER.public_key, payload, signature)
+            return
+    pytest.fail("no DER signature ending in X in 20000 tries")
+
+
 def test_a_non_minimal_der_signature_is_refused() -> None:
     payload = text()
     blob = DER.sign_bytes(payload)
