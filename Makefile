@@ -64,9 +64,10 @@ $(MUTATION_STAMP): pyproject.toml $(STAMP)
 
 # Mutation testing of the security core ([tool.mutmut] in pyproject.toml names the modules and the fast tests):
 # each module's score, killed / total, then every mutant no test noticed. Results are kept in mutants/ and
-# reused; `rm -rf mutants` starts afresh. MUTMUT_CHILDREN=n runs n mutants at once (default 2).
+# reused; `rm -rf mutants` starts afresh. MUTANTS='tapgate.domain.policy.*' (re)runs one module's mutants;
+# MUTMUT_CHILDREN=n runs n mutants at once (default 2).
 mutation: $(MUTATION_STAMP)
-	$(BIN)/mutmut run --max-children $(or $(MUTMUT_CHILDREN),2)
+	$(BIN)/mutmut run --max-children $(or $(MUTMUT_CHILDREN),2) $(MUTANTS)
 	$(BIN)/mutmut results --all true | $(BIN)/python .ci/mutation-scores
 
 serve: $(STAMP)
