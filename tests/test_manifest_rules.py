@@ -10,11 +10,13 @@ from typing import Any
 import pytest
 
 from tapgate.domain.devices import (
+    BUILTINS,
     DESCRIPTION_MAX,
     ENUM_VALUE_MAX,
     LABEL_MAX,
     MAX_ENUM,
     PARAM_DESCRIPTION_MAX,
+    SMS_SEND,
     Capability,
     CapabilityKind,
     Declared,
@@ -31,6 +33,7 @@ from tapgate.domain.devices import (
     check_device_name,
     check_push,
     grants_lost,
+    parse_capability,
     parse_manifest,
     read_grants,
     redeclare,
@@ -338,6 +341,11 @@ def test_a_manifest_may_mark_grants_only_where_the_caller_allows_it() -> None:
     assert declared.granted
     [declared] = parse_manifest([cap()], allow_granted=True)
     assert not declared.granted
+    [builtin] = parse_manifest([{"name": "sms_send", "granted": True}], allow_granted=True)
+    assert builtin == Declared(BUILTINS[SMS_SEND], True)
+    with pytest.raises(InvalidInput) as refused:
+        parse_capability(cap(granted=True), "entry")
+    assert refused.value.field == "entry.granted"
     with pytest.raises(InvalidInput) as refused:
         parse_manifest([cap(granted="yes")], allow_granted=True)
     assert refused.value.field == "capabilities[0].granted"
@@ -441,7 +449,7 @@ def test_grants_come_as_a_list_to_grant_or_an_object_to_grant_and_withdraw() -> 
 )
 def test_grants_in_another_shape_or_too_many_are_refused(grants: object, message: str) -> None:
     with pytest.raises(InvalidInput) as refused:
-        read_grants(grants, "grants")
+        read_grants(grants)
     assert (refused.value.field, refused.value.message) == ("grants", message)
 
 
@@ -460,6 +468,12 @@ def test_applying_grants_grants_what_they_name_and_nothing_else() -> None:
         "device.grants",
         "device.grants: the device does not declare 'unlock_door'.",
     )
+    with pytest.raises(InvalidInput) as refused:
+        apply_grants(declared, ["unlock_door"])
+    assert refused.value.field == "grants"
+    with pytest.raises(InvalidInput) as refused:
+        apply_grants(declared, "set_light", "device.grants")
+    assert refused.value.field == "device.grants"
 
 
 @pytest.mark.parametrize(
