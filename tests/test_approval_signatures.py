@@ -418,6 +418,25 @@ def test_a_der_signature_whose_base64_ends_in_x_verifies() -> None:
     pytest.fail("no DER signature ending in X in 20000 tries")
 
 
+@pytest.mark.parametrize(
+    ("changes", "field", "message"),
+    [
+        ({"decision": "maybe"}, "decision", "decision must be 'approved' or 'denied'."),
+        ({"action_sha256": "AB"}, "action_sha256", "action_sha256 must be 64 lower-case hex digits."),
+        ({"challenge": "xyz"}, "challenge", "challenge must be 32 lower-case hex digits."),
+        ({"expires": "soon"}, "expires", "expires must be a whole number of seconds since the epoch."),
+        ({"approval_id": 5}, "approval_id", "approval_id must be text."),
+        ({"approval_id": ""}, "approval_id", "approval_id must not be empty."),
+    ],
+)
+def test_a_signed_text_field_out_of_shape_is_refused_with_its_sentence(
+    changes: dict[str, Any], field: str, message: str
+) -> None:
+    with pytest.raises(InvalidInput) as refused:
+        text(**changes)
+    assert (refused.value.field, refused.value.message) == (field, message)
+
+
 def test_a_non_minimal_der_signature_is_refused() -> None:
     payload = text()
     blob = DER.sign_bytes(payload)
