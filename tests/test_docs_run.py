@@ -197,6 +197,26 @@ def test_deploys_systemd_unit_is_one_systemd_accepts_without_a_warning(tmp_path:
     assert (verified.returncode, verified.stderr) == (0, "")
 
 
+@pytest.mark.skipif(shutil.which("caddy") is None, reason="caddy is not installed (.ci/run installs it)")
+def test_deploys_caddyfile_is_one_caddy_accepts(tmp_path: Path) -> None:
+    """deploy.md's Caddyfile, as `caddy validate` reads it: adapted and every module set up, nothing
+    served and no certificate asked for."""
+    markdown = section((ROOT / "docs" / "deploy.md").read_text(), "## HTTPS with a reverse proxy (Caddy)")
+    caddyfile = next(fence.group(2) for fence in FENCE.finditer(markdown) if fence.group(1) == "")
+    assert "reverse_proxy 127.0.0.1:8080" in caddyfile
+    (tmp_path / "Caddyfile").write_text(caddyfile)
+    home = {"HOME": str(tmp_path), "XDG_DATA_HOME": str(tmp_path / "data"), "XDG_CONFIG_HOME": str(tmp_path)}
+    validated = subprocess.run(
+        ["caddy", "validate", "--config", str(tmp_path / "Caddyfile"), "--adapter", "caddyfile"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, **home},
+    )
+    assert validated.returncode == 0, validated.stderr
+    assert "Valid configuration" in validated.stdout + validated.stderr
+
+
 def _pair_as_the_readme_shows(folder: Path, port: int) -> None:
     """The README's `tapgate pair` session, typed as shown, with the phone's command from its note."""
     readme = section((ROOT / "README.md").read_text(), "## Run it yourself")
