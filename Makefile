@@ -7,8 +7,9 @@ BENCH_STAMP := $(VENV)/.installed-bench
 # The official MCP TypeScript SDK client that one test runs with Node.js (tests/mcp_ts), from its lockfile.
 MCP_TS := tests/mcp_ts
 MCP_TS_STAMP := $(MCP_TS)/node_modules/.installed
+MUTATION_STAMP := $(VENV)/.installed-mutation
 
-.PHONY: demo test test-under-load serve lint typecheck layers unit mcp-ts reliability bench clean
+.PHONY: demo test test-under-load serve lint typecheck layers unit mcp-ts reliability bench mutation clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -72,9 +73,21 @@ reliability: $(STAMP)
 	TAPGATE_RELIABILITY=full TAPGATE_RELIABILITY_LOG=$(CURDIR)/reliability.log \
 		$(BIN)/pytest -q -s $(RELIABILITY_TESTS) $(PYTEST_ARGS)
 
+$(MUTATION_STAMP): pyproject.toml $(STAMP)
+	$(BIN)/python -m pip install --quiet -e '.[mutation]'
+	touch $(MUTATION_STAMP)
+
+# Mutation testing of the security core ([tool.mutmut] in pyproject.toml names the modules and the fast tests):
+# each module's score, killed / total, then every mutant no test noticed. Results are kept in mutants/ and
+# reused; `rm -rf mutants` starts afresh. MUTANTS='tapgate.domain.policy.*' (re)runs one module's mutants;
+# MUTMUT_CHILDREN=n runs n mutants at once (default 2).
+mutation: $(MUTATION_STAMP)
+	$(BIN)/mutmut run --max-children $(or $(MUTMUT_CHILDREN),2) $(MUTANTS)
+	$(BIN)/mutmut results --all true | $(BIN)/python .ci/mutation-scores
+
 serve: $(STAMP)
 	test -f tapgate.toml || $(BIN)/tapgate init
 	$(BIN)/tapgate serve
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis $(MCP_TS)/node_modules
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis mutants $(MCP_TS)/node_modules

@@ -39,6 +39,9 @@ pytest_plugins = ["tests.watchdog"]
 # hypothesis's 200 ms deadline now and then, which says nothing about the code.
 hypothesis_settings.register_profile("tapgate", deadline=None)
 hypothesis_settings.load_profile("tapgate")
+# `make mutation` runs each property test once per mutant it reaches: fewer examples keep that run within
+# reach of a shared machine, while the exact-value tests beside them do the killing.
+hypothesis_settings.register_profile("mutation", deadline=None, max_examples=20)
 
 T = TypeVar("T")
 SENDER_TIMEOUT = 2.0  # seconds a push sender waits in tests (SHORT_TIMEOUT where a fake is slow on purpose)

@@ -352,6 +352,90 @@ def test_trailing_bytes_after_a_der_signature_are_refused() -> None:
     assert refusal(DER, payload, b64(blob + blob)) == "trailing bytes after the DER signature"
 
 
+def test_a_der_signature_whose_declared_part_does_not_parse_is_malformed_not_trailing() -> None:
+    payload = text()
+    # declares 2 bytes of content, an INTEGER of length 0, then a stray byte: nothing parses
+    assert refusal(DER, payload, b64(b"\x30\x02\x02\x00\x00")) == "malformed DER"
+
+
+def test_json_that_has_no_single_form_is_refused_on_the_json_field_with_the_reason() -> None:
+    with pytest.raises(InvalidInput) as refused:
+        canonical_json({1: "a"})
+    assert (refused.value.field, refused.value.message) == (
+        "json",
+        "A JSON object key must be a string, not 1.",
+    )
+    with pytest.raises(InvalidInput) as refused:
+        canonical_json({"a": float("nan")})
+    assert (refused.value.field, refused.value.message) == (
+        "json",
+        "The value cannot be canonical JSON: Out of range float values are not JSON compliant.",
+    )
+
+
+def test_a_signature_of_the_longest_allowed_length_is_read_and_refused_for_what_it_holds() -> None:
+    assert refusal(DER, text(), "A" * 200) == (
+        "wrong length: 150 bytes are neither a DER signature nor a 64-byte r‖s"
+    )
+    assert refusal(DER, text(), "A" * 201) == "too long"
+
+
+def test_four_characters_of_base64_are_refused_for_their_length_not_their_padding() -> None:
+    assert (
+        refusal(DER, text(), "AAAA") == "wrong length: 3 bytes are neither a DER signature nor a 64-byte r‖s"
+    )
+
+
+def test_a_payload_that_is_not_utf8_text_is_refused_as_such() -> None:
+    assert refusal(DER, "\ud800", DER.sign(text())) == "payload is not UTF-8 text"
+
+
+def test_a_p256_key_signs_in_der_unless_raw_is_asked_for() -> None:
+    blob = base64.b64decode(sign_decision(DER.key, text()))
+    assert blob[:1] == b"\x30" and decode_dss_signature(blob)
+
+
+def test_an_r_s_signature_that_starts_like_der_still_verifies() -> None:
+    # r's first byte is 0x30, the DER tag, about once in 256 signatures
+    for attempt in range(5000):
+        payload = text() + str(attempt)
+        blob = RAW.sign_bytes(payload)
+        if blob[0] == 0x30:
+            verify_decision(RAW.alg, RAW.public_key, payload, b64(blob))
+            return
+    pytest.fail("no r‖s signature starting with 0x30 in 5000 tries")
+
+
+def test_a_der_signature_whose_base64_ends_in_x_verifies() -> None:
+    # 96 characters, no padding: stripping padding must strip '=' only
+    for attempt in range(20000):
+        payload = text() + str(attempt)
+        signature = DER.sign(payload)
+        if len(signature) == 96 and signature.endswith("X"):
+            verify_decision(DER.alg, DER.public_key, payload, signature)
+            return
+    pytest.fail("no DER signature ending in X in 20000 tries")
+
+
+@pytest.mark.parametrize(
+    ("changes", "field", "message"),
+    [
+        ({"decision": "maybe"}, "decision", "decision must be 'approved' or 'denied'."),
+        ({"action_sha256": "AB"}, "action_sha256", "action_sha256 must be 64 lower-case hex digits."),
+        ({"challenge": "xyz"}, "challenge", "challenge must be 32 lower-case hex digits."),
+        ({"expires": "soon"}, "expires", "expires must be a whole number of seconds since the epoch."),
+        ({"approval_id": 5}, "approval_id", "approval_id must be text."),
+        ({"approval_id": ""}, "approval_id", "approval_id must not be empty."),
+    ],
+)
+def test_a_signed_text_field_out_of_shape_is_refused_with_its_sentence(
+    changes: dict[str, Any], field: str, message: str
+) -> None:
+    with pytest.raises(InvalidInput) as refused:
+        text(**changes)
+    assert (refused.value.field, refused.value.message) == (field, message)
+
+
 def test_a_non_minimal_der_signature_is_refused() -> None:
     payload = text()
     blob = DER.sign_bytes(payload)
@@ -642,11 +726,22 @@ def test_a_sign_block_carries_a_fresh_challenge_and_expires_ttl_seconds_after_no
 
 @pytest.mark.parametrize(
     ("now", "ttl", "why"),
-    [(datetime(2026, 11, 30, 12, 0), 3600, "timezone-aware"), (NOW, 0, "positive"), (NOW, -5, "positive")],
+    [
+        (datetime(2026, 11, 30, 12, 0), 3600, "now must be timezone-aware"),
+        (NOW, 0, "ttl_seconds must be a positive integer"),
+        (NOW, -5, "ttl_seconds must be a positive integer"),
+        (NOW, "60", "ttl_seconds must be a positive integer"),
+        (NOW, True, "ttl_seconds must be a positive integer"),
+        (NOW, 1.5, "ttl_seconds must be a positive integer"),
+    ],
 )
-def test_a_sign_block_needs_an_aware_clock_and_a_positive_ttl(now: datetime, ttl: int, why: str) -> None:
-    with pytest.raises(ValueError, match=why):
-        new_sign_block(ACTION, now, ttl)
+def test_a_sign_block_needs_an_aware_clock_and_a_positive_ttl(now: datetime, ttl: object, why: str) -> None:
+    with pytest.raises(ValueError, match=f"^{why}$"):
+        new_sign_block(ACTION, now, ttl)  # type: ignore[arg-type]
+
+
+def test_a_sign_block_may_live_one_second() -> None:
+    assert new_sign_block(ACTION, NOW, 1).expires_at == int(NOW.timestamp()) + 1
 
 
 # --- the vectors file ------------------------------------------------------------------------------

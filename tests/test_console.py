@@ -18,6 +18,7 @@ from tapgate.adapters.clock import FrozenClock
 from tapgate.config import Settings
 from tapgate.domain.approvals import sign_decision, signed_text
 from tapgate.domain.console import describe_browser, same_network
+from tapgate.domain.shown import shown_time
 from tests.conftest import asgi_client
 from tests.world import LAMP, Key, World, bearer, device_body, new_key
 
@@ -372,6 +373,21 @@ async def test_the_person_gives_an_agent_a_token_once_and_revokes_it(ana: Person
     r = await ana.post(f"/console/agents/tokens/{token_id}/revoke", {})
     assert r.status_code == 303
     assert (await ana.client.get("/v1/tools", headers=bearer(token.group(1)))).status_code == 401
+
+
+async def test_the_console_writes_every_time_as_the_phone_does(ana: Person, clock: FrozenClock) -> None:
+    await ana.sign_in_by_link()
+    r = await ana.post("/console/agents/tokens", {"agent_id": "planner", "scope": "tools", "expires": "1d"})
+    assert r.status_code == 200, r.text
+    made, until = shown_time(clock.now()), shown_time(clock.now() + timedelta(days=1))
+    assert made == "01 Jan 2026 00:00 UTC"
+    pages = {
+        path: await ana.page(path) for path in ("/console/agents", "/console/sessions", "/console/audit")
+    }
+    assert made in pages["/console/agents"] and until in pages["/console/agents"]
+    assert made in pages["/console/sessions"] and made in pages["/console/audit"]
+    for path, page in pages.items():
+        assert not re.search(r"\d{4}-\d\d-\d\d|\d\d:\d\d:\d\d", page), path
 
 
 async def test_an_agent_named_in_the_console_is_who_asks_on_its_approvals(ana: Person) -> None:

@@ -11,6 +11,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -176,6 +177,44 @@ def test_deploys_local_ca_path_serves_https_by_name_and_the_tls_page(tmp_path: P
         assert outputs[0].rstrip().endswith("200")
     settings = (tmp_path / "gateway" / "tapgate.toml").read_text()
     assert 'public_url = "https://localhost:' in settings
+
+
+@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze is not installed")
+def test_deploys_systemd_unit_is_one_systemd_accepts_without_a_warning(tmp_path: Path) -> None:
+    """deploy.md's unit, with /srv/tapgate moved under a temporary folder whose .venv/bin/tapgate is this
+    checkout's: `systemd-analyze verify` reads every setting and checks that each command is there."""
+    markdown = section((ROOT / "docs" / "deploy.md").read_text(), "## A systemd unit")
+    units = [fence.group(2) for fence in FENCE.finditer(markdown) if fence.group(1) == "ini"]
+    assert len(units) == 1 and "/srv/tapgate/.venv/bin/tapgate serve" in units[0]
+    srv = tmp_path / "srv"
+    (srv / ".venv" / "bin").mkdir(parents=True)
+    (srv / ".venv" / "bin" / "tapgate").symlink_to(Path(sys.executable).parent / "tapgate")
+    unit = tmp_path / "tapgate.service"
+    unit.write_text(units[0].replace("/srv/tapgate", str(srv)))
+    verified = subprocess.run(
+        ["systemd-analyze", "verify", "--man=no", str(unit)], capture_output=True, text=True, timeout=60
+    )
+    assert (verified.returncode, verified.stderr) == (0, "")
+
+
+@pytest.mark.skipif(shutil.which("caddy") is None, reason="caddy is not installed (.ci/run installs it)")
+def test_deploys_caddyfile_is_one_caddy_accepts(tmp_path: Path) -> None:
+    """deploy.md's Caddyfile, as `caddy validate` reads it: adapted and every module set up, nothing
+    served and no certificate asked for."""
+    markdown = section((ROOT / "docs" / "deploy.md").read_text(), "## HTTPS with a reverse proxy (Caddy)")
+    caddyfile = next(fence.group(2) for fence in FENCE.finditer(markdown) if fence.group(1) == "")
+    assert "reverse_proxy 127.0.0.1:8080" in caddyfile
+    (tmp_path / "Caddyfile").write_text(caddyfile)
+    home = {"HOME": str(tmp_path), "XDG_DATA_HOME": str(tmp_path / "data"), "XDG_CONFIG_HOME": str(tmp_path)}
+    validated = subprocess.run(
+        ["caddy", "validate", "--config", str(tmp_path / "Caddyfile"), "--adapter", "caddyfile"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, **home},
+    )
+    assert validated.returncode == 0, validated.stderr
+    assert "Valid configuration" in validated.stdout + validated.stderr
 
 
 def _pair_as_the_readme_shows(folder: Path, port: int) -> None:

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from tapgate.domain.approvals import canonical_json
 from tapgate.domain.devices import Capability, CapabilityKind, Param, ParamType
-from tapgate.domain.errors import InvalidInput
+from tapgate.domain.errors import Conflict, InvalidInput
 from tapgate.domain.mandates import (
     Mandate,
     MandateStatus,
@@ -142,6 +142,73 @@ def test_the_card_states_every_bound_in_plain_words() -> None:
         assert words in text
 
 
+def test_the_card_reads_every_bound_word_for_word() -> None:
+    summary = (
+        "claude may send SMS on Ana's phone with to one of '+447700900001', '+447700900002'; body at most "
+        "160 characters long, at most 5 a day and 40 in all, until 11 Dec 2026 23:30 UTC, without asking "
+        "you each time — purpose: texts to Mum and Dad"
+    )
+    assert preview(_mandate(), SHOWN) == {
+        "kind": "mandate",
+        "fields": [
+            {"label": "Mandate", "value": summary},
+            {"label": "Agent", "value": "claude"},
+            {"label": "Tools", "value": "send SMS on Ana's phone (device__ana_phone__sms_send)"},
+            {
+                "label": "Values",
+                "value": "to one of '+447700900001', '+447700900002'; body at most 160 characters long",
+            },
+            {"label": "Calls in all", "value": "40"},
+            {"label": "Calls a day", "value": "5"},
+            {"label": "Until", "value": "11 Dec 2026 23:30 UTC"},
+            {"label": "Purpose", "value": "texts to Mum and Dad"},
+        ],
+    }
+
+
+def test_the_card_words_each_kind_of_bound_and_says_when_there_is_none() -> None:
+    constraints = {
+        "on": {"equals": True},
+        "level": {"max": 50},
+        "to": {"matches": "^\\+44"},
+        "body": {"equals": "hi"},
+        "code": {"one_of": [1, "a"]},
+    }
+    mandate = _mandate(agent_id=None, per_day=None, tools=(LAMP_TOOL, SMS_TOOL), constraints=constraints)
+    fields = {f["label"]: f["value"] for f in preview(mandate, SHOWN)["fields"]}
+    assert fields["Mandate"].startswith(
+        "Any of your agents may use set_light on Desk lamp and send SMS on Ana's phone with on exactly True; "
+    )
+    assert ", at most 40 in all, until " in fields["Mandate"]
+    assert fields["Agent"] == "any of your agents"
+    assert fields["Tools"] == (
+        "use set_light on Desk lamp (device__desk_lamp__set_light); "
+        "send SMS on Ana's phone (device__ana_phone__sms_send)"
+    )
+    assert fields["Values"] == (
+        "on exactly True; level at most 50; to matching the pattern ^\\+44; body exactly 'hi'; "
+        "code one of 1, 'a'"
+    )
+    assert fields["Calls a day"] == "no daily limit"
+    unbound = {f["label"]: f["value"] for f in preview(_mandate(constraints={}), SHOWN)["fields"]}
+    assert unbound["Values"] == "any values"
+    assert " with " not in unbound["Mandate"]
+
+
+def test_the_signed_content_names_every_bound_as_a_phone_rebuilds_it() -> None:
+    assert canonical(_mandate()) == {
+        "mandate_id": "mnd_1",
+        "user_id": "ana",
+        "agent_id": "claude",
+        "tools": ["device__ana_phone__sms_send"],
+        "constraints": {"to": {"one_of": FAMILY}, "body": {"max_length": 160}},
+        "max_calls": 40,
+        "per_day": 5,
+        "expires_at": int((NOW + timedelta(days=7)).timestamp()),
+        "purpose": "texts to Mum and Dad",
+    }
+
+
 def test_the_signed_hash_covers_every_bound() -> None:
     base = canonical_json(canonical(_mandate()))
     for changes in (
@@ -257,3 +324,47 @@ def test_any_asked_for_mandate_is_taken_or_refused_with_a_reason_never_an_error(
     else:
         said = "taken"
     assert said
+
+
+def test_a_mandate_is_signed_or_denied_only_while_it_awaits_a_signature() -> None:
+    waiting = _mandate(status=MandateStatus.AWAITING_SIGNATURE)
+    signed = waiting.ended(MandateStatus.ACTIVE, "phone", NOW)
+    assert (signed.status, signed.decided_by, signed.decided_at) == (MandateStatus.ACTIVE, "phone", NOW)
+    with pytest.raises(Conflict) as refused:
+        signed.ended(MandateStatus.DENIED, "phone", NOW)
+    assert refused.value.message == "This mandate is active; it can no longer be signed."
+    with pytest.raises(Conflict) as refused:
+        waiting.ended(MandateStatus.ACTIVE, "phone", NOW + timedelta(minutes=5))
+    assert refused.value.message == "This mandate is expired; it can no longer be signed."
+
+
+def test_a_mandate_may_be_revoked_in_any_state_but_revoked_or_denied() -> None:
+    for status in (MandateStatus.AWAITING_SIGNATURE, MandateStatus.ACTIVE):
+        revoked = _mandate(status=status).ended(MandateStatus.REVOKED, "ana", NOW)
+        assert (revoked.status, revoked.decided_by) == (MandateStatus.REVOKED, "ana")
+    assert _mandate(used=40).ended(MandateStatus.REVOKED, "ana", NOW).status is MandateStatus.REVOKED
+    for status in (MandateStatus.REVOKED, MandateStatus.DENIED):
+        with pytest.raises(Conflict) as refused:
+            _mandate(status=status).ended(MandateStatus.REVOKED, "ana", NOW)
+        assert refused.value.message == f"This mandate is {status.value} already."
+
+
+def test_a_mandate_is_shown_with_its_counts_for_the_server_day() -> None:
+    day = NOW.date().isoformat()
+    shown = _mandate(used=3, used_today=2, day=day, approval_id="ap_1").as_dict(NOW)
+    assert shown == {
+        "mandate_id": "mnd_1",
+        "agent_id": "claude",
+        "tools": [SMS_TOOL],
+        "constraints": {"to": {"one_of": FAMILY}, "body": {"max_length": 160}},
+        "max_calls": 40,
+        "per_day": 5,
+        "purpose": "texts to Mum and Dad",
+        "status": "active",
+        "used": 3,
+        "used_today": 2,
+        "created_at": "2026-12-04T23:30:00+00:00",
+        "expires_at": "2026-12-11T23:30:00+00:00",
+        "approval_id": "ap_1",
+    }
+    assert _mandate(used=3, used_today=2, day=day).as_dict(NOW + timedelta(hours=1))["used_today"] == 0

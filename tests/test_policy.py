@@ -24,6 +24,7 @@ from tapgate.domain.policy import (
     Verdict,
     decide,
     parse_policies,
+    parse_policies_reporting,
 )
 
 STRICTNESS = {Verdict.ALLOW: 0, Verdict.ASK: 1, Verdict.BLOCK: 2}
@@ -509,6 +510,92 @@ def test_a_broken_file_is_refused_with_its_line_and_reason(text: str, line: int,
     check_refusal(text, line, reason)
 
 
+# The whole sentence a person reads for each file above that YAML itself could read.
+WHOLE_REASONS = [
+    ("", "the file is empty; it starts with 'version: 1'"),
+    ("- version: 1\n", "the file must be a mapping of key: value"),
+    ("policies: []\n", "version is missing; the file starts with 'version: 1'"),
+    ("version: 2\n", "version must be 1"),
+    ("version: '1'\n", "version must be 1"),
+    ("version: 1\nrules: []\n", "the file: unknown key 'rules'; keys are version, profile, policies"),
+    ("version: 1\nversion: 1\n", "the file: 'version' appears twice (first on line 1)"),
+    ("version: 1\npolicies: {}\n", "policies must be a list of rules, each starting with '- name:'"),
+    ("version: 1\npolicies:\n  - block\n", "a rule must be a mapping of key: value"),
+    ("version: 1\npolicies:\n  - decision: block\n", "a rule needs a name"),
+    ("version: 1\npolicies:\n  - name: ''\n    decision: block\n", "name is empty"),
+    (
+        "version: 1\npolicies:\n  - name: 12\n    decision: block\n",
+        "name must be text (quote it if it looks like a number or yes/no)",
+    ),
+    (
+        "version: 1\npolicies:\n  - name: tapgate:shadow\n    decision: allow\n",
+        "name: 'tapgate:shadow' starts with tapgate:, profile:, which tapgate keeps",
+    ),
+    (
+        "version: 1\npolicies:\n  - name: profile:x\n    decision: allow\n",
+        "name: 'profile:x' starts with tapgate:, profile:, which tapgate keeps",
+    ),
+    (
+        "version: 1\npolicies:\n  - name: a\n    decision: block\n\n"
+        "  - name: b\n    decision: block\n  - name: a\n    decision: allow\n",
+        "name: 'a' is used twice (first on line 3)",
+    ),
+    (
+        "version: 1\npolicies:\n  - name: a\n    desicion: block\n",
+        "a rule: unknown key 'desicion' (did you mean 'decision'?); "
+        "keys are name, action, condition, decision, message",
+    ),
+    (
+        "version: 1\npolicies:\n  - name: a\n    condition: agentId equals x\n",
+        "the rule 'a' needs a decision: allow, require_approval, block",
+    ),
+    (
+        "version: 1\npolicies:\n  - name: a\n    decision: ask\n",
+        "decision: 'ask' is not a decision; decisions are allow, require_approval, block",
+    ),
+    (
+        "version: 1\npolicies:\n  - name: a\n    decision: yes\n",
+        "decision: 'yes' is not a decision; decisions are allow, require_approval, block",
+    ),
+    (
+        "version: 1\npolicies:\n  - name: a\n    action: device-use\n    decision: block\n",
+        "action: 'device-use' is not an action; actions are device_use",
+    ),
+    (
+        'version: 1\npolicies:\n  - name: a\n    decision: block\n    message: "a\\u202eb"\n',
+        "message contains U+202E, a control, format or invisible character",
+    ),
+    (
+        "version: 1\npolicies:\n  - name: a\n    decision: block\n    message: " + "x" * 501 + "\n",
+        "message is longer than 500 characters",
+    ),
+    (
+        "version: 1\nprofile:\n  sms-send: allow\n",
+        "profile: 'sms-send' is neither a capability name (sms_send) "
+        "nor a tool name (device__desk_lamp__set_light, phone_action)",
+    ),
+    (
+        "version: 1\nprofile:\n  device__Desk__x: allow\n",
+        "profile: 'device__Desk__x' is neither a capability name (sms_send) "
+        "nor a tool name (device__desk_lamp__set_light, phone_action)",
+    ),
+    (
+        "version: 1\nprofile:\n  sms_send: ask\n",
+        "profile: sms_send: 'ask' is not a decision; decisions are allow, require_approval, block",
+    ),
+    ("version: 1\nprofile: [sms_send]\n", "profile must be a mapping of key: value"),
+]
+
+
+@pytest.mark.parametrize(("text", "reason"), WHOLE_REASONS)
+def test_a_broken_file_is_refused_with_the_whole_sentence_that_says_what_to_write(
+    text: str, reason: str
+) -> None:
+    with pytest.raises(PolicyFileError) as refused:
+        parse_policies(text)
+    assert refused.value.reason == reason
+
+
 @pytest.mark.parametrize(("condition", "reason"), CONDITION_REFUSALS)
 def test_a_broken_condition_is_refused_with_its_line_and_reason(condition: str, reason: str) -> None:
     text = (
@@ -660,3 +747,25 @@ def test_any_condition_either_loads_or_is_refused_with_its_line(condition: str) 
         {"version": 1, "policies": [{"name": "r", "decision": "block", "condition": condition}]}
     )
     assert loads_or_is_refused_with_a_line(text)
+
+
+def test_checking_a_file_keeps_the_rules_that_parse_and_reports_every_broken_one_by_line() -> None:
+    text = textwrap.dedent(
+        """\
+        version: 1
+        policies:
+          - name: texts-ask
+            condition: capability equals "sms_send"
+            decision: require_approval
+          - decision: block
+          - name: ''
+            decision: block
+        """
+    )
+    rules, problems = parse_policies_reporting(text, "mine.yaml")
+    assert [rule.name for rule in rules.rules] == ["texts-ask"]
+    assert [(p.source, p.line, p.reason) for p in problems] == [
+        ("mine.yaml", 6, "a rule needs a name"),
+        ("mine.yaml", 7, "name is empty"),
+    ]
+    assert parse_policies_reporting(text)[1][0].source == "policies.yaml"

@@ -20,6 +20,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tapgate.domain import secret_scan
 from tapgate.domain.errors import Forbidden, SecretRefused, TapgateError
 from tapgate.domain.secret_scan import SecretFinding, check_outbound, scan
 
@@ -417,6 +418,64 @@ def test_capital_words_run_together_do_not_hide_a_later_split_key() -> None:
         check_outbound(
             [("title", "VISIT ASIA THIS SUMMER WITH US"), ("body", "AKIAZ7Q2"), ("to", "M4R6T5V3W5X2")]
         )
+
+
+def test_a_key_split_across_two_fields_is_refused_naming_both() -> None:
+    token = "ghp_" + "Xk29Lm3pQr7vTz8Ws1Yb4Nc6Hd5Jf0Ge2Va7"
+    with pytest.raises(SecretRefused) as refused:
+        check_outbound([("to", token[:20]), ("body", token[20:])])
+    assert (refused.value.field, refused.value.finding) == ("to + body", SecretFinding("github_token", 0, 40))
+
+
+def test_a_split_key_whose_field_edges_touch_other_words_is_still_refused() -> None:
+    # Each field is clean alone; the key starts and ends exactly where one field meets the next.
+    fields = [("title", "note"), ("to", "AKIAZ7Q2"), ("body", "M4R6T5V3W5X2"), ("sign", "xyz")]
+    assert all(scan(text) is None for _, text in fields)
+    with pytest.raises(SecretRefused) as refused:
+        check_outbound(fields)
+    assert refused.value.finding == SecretFinding("aws_access_key", 4, 24)
+
+
+# -- how a rule is built: a provider's token, or a secret found by the words around it --------------------
+
+DEMO_TOKEN = "dmo_abcdefgh12345678abcd1234"
+
+
+def _shapes_of(text: str, rule: Any, cuts: Any = None) -> SecretFinding | None:
+    return secret_scan._shapes(text, secret_scan._lower(text), cuts=cuts, rules=[rule])
+
+
+def test_a_token_rule_finds_any_of_its_prefixes_only_where_no_token_character_touches_it() -> None:
+    rule = secret_scan._token("demo_token", "dmo_|dmx_", r"dm[ox]_[a-z0-9]{24}")
+    assert _shapes_of(f"key {DEMO_TOKEN} end", rule) == SecretFinding("demo_token", 4, 32)
+    assert _shapes_of("key dmx_" + DEMO_TOKEN[4:], rule) == SecretFinding("demo_token", 4, 32)
+    for glued in ("x" + DEMO_TOKEN, DEMO_TOKEN + "5", DEMO_TOKEN + "-", DEMO_TOKEN.upper()):
+        assert _shapes_of(glued, rule) is None, glued
+    assert _shapes_of(DEMO_TOKEN, rule, cuts=lambda: frozenset({24})) == SecretFinding("demo_token", 0, 28)
+
+
+def test_a_token_rule_ignores_case_only_when_told_and_keeps_a_token_only_if_its_check_agrees() -> None:
+    any_case = secret_scan._token("demo_token", "dmo_", r"dmo_[a-z0-9]{24}", any_case=True)
+    assert _shapes_of(DEMO_TOKEN.upper(), any_case) == SecretFinding("demo_token", 0, 28)
+    checked = secret_scan._token("demo_token", "dmo_", r"dmo_[a-z0-9]{24}", check=lambda m: m[0][-1] == "4")
+    assert _shapes_of(DEMO_TOKEN, checked) == SecretFinding("demo_token", 0, 28)
+    assert _shapes_of(DEMO_TOKEN[:-1] + "3", checked) is None
+
+
+def test_a_context_rule_spans_its_group_is_case_exact_and_never_runs_on_joined_fields() -> None:
+    rule = secret_scan._context("demo_secret", "pass|secret", r"(?:secret|pass)=(\w{6})")
+    whole = secret_scan._context("demo_secret", "secret", r"secret=(\w{6})", group=0)
+    assert _shapes_of("my secret=abcdef", rule) == SecretFinding("demo_secret", 10, 16)
+    assert _shapes_of("my secret=abcdef", whole) == SecretFinding("demo_secret", 3, 16)
+    assert _shapes_of("xsecret=abcdef", rule) == SecretFinding("demo_secret", 8, 14)
+    assert _shapes_of("pass=abcdef", rule) == SecretFinding("demo_secret", 5, 11)
+    assert _shapes_of("SECRET=abcdef", rule) is None
+    assert _shapes_of("secret=abcdef", rule, cuts=lambda: frozenset({3})) is None
+    checked = secret_scan._context(
+        "demo_secret", "secret", r"secret=(\w{6})", check=lambda m: m[1] != "abcdef"
+    )
+    assert _shapes_of("secret=abcdef", checked) is None
+    assert _shapes_of("secret=abcdeg", checked) == SecretFinding("demo_secret", 7, 13)
 
 
 # -- the thresholds, at their edges -----------------------------------------------------------------------

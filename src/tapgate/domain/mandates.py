@@ -27,7 +27,7 @@ from tapgate.domain.approvals import canonical_json
 from tapgate.domain.capabilities import traits
 from tapgate.domain.devices import Capability, ParamType
 from tapgate.domain.errors import BoundsRefused, Conflict, InvalidInput, TooLongToShow
-from tapgate.domain.shown import PREVIEW_MAX, shown
+from tapgate.domain.shown import PREVIEW_MAX, shown, shown_time
 
 MANDATE = "mandate"  # the approval kind, its tool, and the capability in its action hash
 MAX_TOOLS = 16
@@ -429,7 +429,7 @@ def summary(mandate: Mandate, tools: Mapping[str, tuple[str, Capability]], who: 
     counts = f"at most {mandate.max_calls} in all"
     if mandate.per_day is not None:
         counts = f"at most {mandate.per_day} a day and {mandate.max_calls} in all"
-    until = mandate.expires_at.strftime("%d %b %Y %H:%M UTC")
+    until = shown_time(mandate.expires_at)
     return (
         f"{who} may {what}{f' with {values}' if values else ''}, {counts}, until {until}, "
         f"without asking you each time — purpose: {mandate.purpose}"
@@ -450,7 +450,7 @@ def preview(mandate: Mandate, tools: Mapping[str, tuple[str, Capability]], who: 
         ),
         ("Calls in all", str(mandate.max_calls)),
         ("Calls a day", "no daily limit" if mandate.per_day is None else str(mandate.per_day)),
-        ("Until", mandate.expires_at.strftime("%d %b %Y %H:%M UTC")),
+        ("Until", shown_time(mandate.expires_at)),
         ("Purpose", mandate.purpose),
     ]
     rendered = [{"label": label, "value": shown(value)} for label, value in fields]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+from datetime import UTC, datetime
 
 from tapgate.domain.errors import TOO_LONG as TOO_LONG
 from tapgate.domain.errors import TooLongToShow
@@ -55,3 +56,14 @@ def shown(value: object) -> str:
     if len(text) > VALUE_MAX:
         raise TooLongToShow()
     return text
+
+
+TIME_FORMAT = "%d %b %Y %H:%M UTC"  # 11 Dec 2026 23:30 UTC
+
+
+def shown_time(at: datetime) -> str:
+    """A moment as the person reads it wherever tapgate writes one: the phone's mandate card and the
+    console alike, in UTC, so two screens never show one moment two ways."""
+    if at.tzinfo is None:  # the stores keep UTC; a reading without its zone is still UTC
+        at = at.replace(tzinfo=UTC)
+    return at.astimezone(UTC).strftime(TIME_FORMAT)

@@ -38,6 +38,7 @@ from tapgate.domain.errors import (
 from tapgate.domain.invocations import Status
 from tapgate.domain.pairing import PairingStatus
 from tapgate.domain.principals import TokenKind
+from tapgate.domain.shown import shown_time
 
 router = APIRouter(include_in_schema=False)
 
@@ -47,6 +48,7 @@ _env = Environment(
     trim_blocks=True,
     lstrip_blocks=True,
 )
+_env.filters["time"] = shown_time
 
 _SAID = {
     "granted": "Grants saved.",
@@ -76,7 +78,7 @@ def _when(at: datetime | None, now: datetime) -> str:
         return f"{seconds // 60} min ago"
     if seconds < 86400:
         return f"{seconds // 3600} h ago"
-    return at.strftime("%Y-%m-%d %H:%M UTC")
+    return shown_time(at)
 
 
 def _secure(request: Request) -> bool:
