@@ -20,7 +20,8 @@ from tests.conftest import PostgresDatabase, asgi_client, blocking
 from tests.live import Server, write_config
 from tests.world import LAMP, World, bearer, device_body
 
-WAIT_SECONDS = 30.0
+# A supervisor starts each worker as a new process that imports the whole app: slow on a busy machine.
+WAIT_SECONDS = 120.0
 
 
 async def _eventually(check: Callable[[], Awaitable[bool]], what: str) -> None:
