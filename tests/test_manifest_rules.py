@@ -140,13 +140,15 @@ def with_param(spec: object, name: object = "level") -> dict[str, Any]:
         pytest.param(
             [with_param({"type": "integer"}, name="Level")],
             "capabilities[0].params",
-            "capabilities[0].params: parameter names are lower snake case without '__', at most 30 characters.",
+            "capabilities[0].params: parameter names are lower snake case without '__', "
+            "at most 30 characters.",
             id="param-bad-name",
         ),
         pytest.param(
             [cap(params={3: {"type": "integer"}})],
             "capabilities[0].params",
-            "capabilities[0].params: parameter names are lower snake case without '__', at most 30 characters.",
+            "capabilities[0].params: parameter names are lower snake case without '__', "
+            "at most 30 characters.",
             id="param-name-int",
         ),
         pytest.param(
