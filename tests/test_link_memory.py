@@ -22,6 +22,7 @@ import uvicorn
 from tapgate.bootstrap import build_app
 from tapgate.cli import UVICORN_OPTIONS
 from tapgate.config import Settings
+from tapgate.domain.devices import Device
 from tests.live import free_port
 from tests.world import LAMP, World, bearer, device_body
 
@@ -123,3 +124,47 @@ async def test_an_open_link_keeps_nothing_of_its_upgrade_request(
             with contextlib.suppress(ProcessLookupError):
                 device.kill()
             await device.wait()
+
+
+async def test_an_idle_link_holds_its_device_once_after_reading_what_it_may_answer(
+    device_settings: Settings,
+) -> None:
+    """Each time a link reads the approvals its device may answer it reads the device as stored then;
+    that copy goes once the approvals are sent. From then on the link holds its device once (its
+    caller's), not a second copy for the hours an idle link lasts."""
+    async with _serving(device_settings) as (ws_url, client):
+        world = await World(client).start()
+        await world.person("ana")
+        asking_lamp = LAMP | {"confirm": True}  # the lamp signs the calls to itself
+        token = await world.enrol("ana", device_body("desk-lamp", [asking_lamp], grants=["set_light"]))
+        device = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-c",
+            DEVICE,
+            json.dumps([f"{ws_url}/v1/device/connect", {"Authorization": f"Bearer {token}"}, None]),
+            stdout=asyncio.subprocess.PIPE,
+        )
+        assert device.stdout is not None
+        try:
+            async with asyncio.timeout(60):
+                assert await device.stdout.readline() == b"open\n"
+                links = client.app.state.gateway.links  # type: ignore[attr-defined]
+                await _until(lambda: len(links) == 1)
+                agent = await world.agent("ana")
+                body = {"tool": "device__desk_lamp__set_light", "arguments": {"on": True}, "wait": 0}
+                r = await client.post("/v1/invocations", json=body, headers=bearer(agent))
+                assert r.json()["status"] == "awaiting_approval", r.text
+                # The link read the device and the approvals, and sent the card.
+                assert json.loads(await device.stdout.readline())["type"] == "device:approval"
+            # Ana's one device, held by the link's caller; the copy it read the approvals by is gone.
+            assert len(_devices()) == 1
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                device.kill()
+            await device.wait()
+
+
+def _devices() -> list[Device]:
+    """The ``Device`` objects the process holds."""
+    gc.collect()
+    return [o for o in gc.get_objects() if isinstance(o, Device)]

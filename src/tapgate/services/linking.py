@@ -40,8 +40,9 @@ from tapgate.domain.frames import (
     invoke_frame,
     notice_frame,
 )
-from tapgate.domain.inbox import answers
+from tapgate.domain.inbox import Approval, answers
 from tapgate.flag import Flag
+from tapgate.ports import UnitOfWork
 from tapgate.services import answering, devices
 from tapgate.services.context import Context, device_key, inbox_key, notices_key
 from tapgate.services.devices import DeviceCaller
@@ -120,13 +121,7 @@ async def frames(
                         if look_at_calls:
                             pending = await answering.take_pending(uow, caller, now)
                         if look_at_approvals:
-                            # The device as stored now: what it may answer follows its grants at once.
-                            me = await uow.devices.by_uid(uid)
-                            open_ = [
-                                a
-                                for a in await uow.approvals.pending_for(user)
-                                if a.expires_at > now and me is not None and answers(me, a)
-                            ]
+                            open_ = await _answerable(uow, uid, user, now)
                         if look_at_notices:
                             unsent = await uow.outbox.notices_for(uid, since)
                 if pending is not None:
@@ -163,6 +158,16 @@ async def frames(
     finally:
         with contextlib.suppress(TapgateError):
             await devices.close_link(ctx.store, ctx.clock, caller)
+
+
+async def _answerable(uow: UnitOfWork, uid: str, user: str, now: datetime) -> list[Approval]:
+    """The person's open approvals this device may answer, by the device as stored now: what it may
+    answer follows its grants at once. A function of its own, so that the device it reads is not held in
+    the link's frame while the link waits (an idle link holds it for hours)."""
+    me = await uow.devices.by_uid(uid)
+    if me is None:
+        return []
+    return [a for a in await uow.approvals.pending_for(user) if a.expires_at > now and answers(me, a)]
 
 
 def _ids(ids: Iterable[str]) -> frozenset[str]:
