@@ -39,6 +39,8 @@ BENCH_SETTINGS: dict[str, object] = {
     "max_open_confirmations": 1000,
     "approval_sign_ttl_seconds": 3600,
     "log_level": "warning",
+    # the idle rows hold 10,000 links and still read the server's /metrics beside them
+    "max_connections": 12_000,
 }
 
 
