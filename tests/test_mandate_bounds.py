@@ -96,13 +96,20 @@ def test_each_count_window_and_length_is_taken_at_its_limit(
     assert getattr(bounds, field) == value
 
 
+ONE_TO_16_TOOLS = "tools must be a list of 1 to 16 tool names."
+ONE_TO_1000_CALLS = "max_calls must be a whole number from 1 to 1000."
+ONE_TO_40_A_DAY = "per_day must be a whole number from 1 to 40."
+A_MINUTE_TO_30_DAYS = "expires_in_seconds must be a whole number from 60 to 2592000."
+A_PURPOSE = "purpose must be text of 1 to 200 characters: why."
+
+
 @pytest.mark.parametrize(
     ("changes", "field", "message"),
     [
         ({"budget": 5}, "budget", "budget is not a field of a mandate."),
-        ({"tools": SMS_TOOL}, "tools", "tools must be a list of 1 to 16 tool names."),
-        ({"tools": []}, "tools", "tools must be a list of 1 to 16 tool names."),
-        ({"tools": list(PHONES)}, "tools", "tools must be a list of 1 to 16 tool names."),
+        ({"tools": SMS_TOOL}, "tools", ONE_TO_16_TOOLS),
+        ({"tools": []}, "tools", ONE_TO_16_TOOLS),
+        ({"tools": list(PHONES)}, "tools", ONE_TO_16_TOOLS),
         ({"tools": [SMS_TOOL, SMS_TOOL]}, "tools", "tools names a tool twice."),
         (
             {"tools": ["device__" + "x" * 100]},
@@ -111,33 +118,21 @@ def test_each_count_window_and_length_is_taken_at_its_limit(
         ),
         ({"tools": [["a"]]}, "tools", "unknown tool: \"['a']\" is not one of this person's tools."),
         ({"constraints": ["to"]}, "constraints", "constraints must be an object of parameter: constraint."),
-        ({"max_calls": 0}, "max_calls", "max_calls must be a whole number from 1 to 1000."),
-        ({"max_calls": 1001}, "max_calls", "max_calls must be a whole number from 1 to 1000."),
-        ({"max_calls": True}, "max_calls", "max_calls must be a whole number from 1 to 1000."),
-        ({"max_calls": 40.0}, "max_calls", "max_calls must be a whole number from 1 to 1000."),
-        ({"max_calls": None}, "max_calls", "max_calls must be a whole number from 1 to 1000."),
-        ({"per_day": 0}, "per_day", "per_day must be a whole number from 1 to 40."),
-        (
-            {"per_day": 41},
-            "per_day",
-            "per_day must be a whole number from 1 to 40.",
-        ),  # more a day than in all
-        ({"per_day": True}, "per_day", "per_day must be a whole number from 1 to 40."),
-        (
-            {"expires_in_seconds": 59},
-            "expires_in_seconds",
-            "expires_in_seconds must be a whole number from 60 to 2592000.",
-        ),
-        (
-            {"expires_in_seconds": 30 * 86400 + 1},
-            "expires_in_seconds",
-            "expires_in_seconds must be a whole number from 60 to 2592000.",
-        ),
-        ({"purpose": ""}, "purpose", "purpose must be text of 1 to 200 characters: why."),
-        ({"purpose": " \n "}, "purpose", "purpose must be text of 1 to 200 characters: why."),
-        ({"purpose": "x" * 201}, "purpose", "purpose must be text of 1 to 200 characters: why."),
-        ({"purpose": 5}, "purpose", "purpose must be text of 1 to 200 characters: why."),
-        ({"purpose": None}, "purpose", "purpose must be text of 1 to 200 characters: why."),
+        ({"max_calls": 0}, "max_calls", ONE_TO_1000_CALLS),
+        ({"max_calls": 1001}, "max_calls", ONE_TO_1000_CALLS),
+        ({"max_calls": True}, "max_calls", ONE_TO_1000_CALLS),
+        ({"max_calls": 40.0}, "max_calls", ONE_TO_1000_CALLS),
+        ({"max_calls": None}, "max_calls", ONE_TO_1000_CALLS),
+        ({"per_day": 0}, "per_day", ONE_TO_40_A_DAY),
+        ({"per_day": 41}, "per_day", ONE_TO_40_A_DAY),  # more a day than in all
+        ({"per_day": True}, "per_day", ONE_TO_40_A_DAY),
+        ({"expires_in_seconds": 59}, "expires_in_seconds", A_MINUTE_TO_30_DAYS),
+        ({"expires_in_seconds": 30 * 86400 + 1}, "expires_in_seconds", A_MINUTE_TO_30_DAYS),
+        ({"purpose": ""}, "purpose", A_PURPOSE),
+        ({"purpose": " \n "}, "purpose", A_PURPOSE),
+        ({"purpose": "x" * 201}, "purpose", A_PURPOSE),
+        ({"purpose": 5}, "purpose", A_PURPOSE),
+        ({"purpose": None}, "purpose", A_PURPOSE),
     ],
 )
 def test_an_asked_for_mandate_one_past_a_limit_is_refused_naming_its_field(
