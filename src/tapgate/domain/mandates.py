@@ -148,9 +148,11 @@ def utc_day(now: datetime) -> str:
     return now.astimezone(UTC).date().isoformat()
 
 
-def _int(field: str, value: object, low: int, high: int) -> int:
+def _int(field: str, value: object, low: int, high: int, named: str = "") -> int:
+    """``value`` as a whole number from ``low`` to ``high``. Raises InvalidInput on ``field``, the refusal
+    naming ``named`` (the field itself by default)."""
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise InvalidInput(field, f"{field} must be a whole number from {low} to {high}.")
+        raise InvalidInput(field, f"{named or field} must be a whole number from {low} to {high}.")
     return value
 
 
@@ -218,12 +220,13 @@ def _constraint(param: str, spec: object, capabilities: Sequence[Capability]) ->
         "constraints", f"{op} does not fit the {'/'.join(sorted(types))} parameter {param!r}."
     )
     if op == "equals":
-        _check_value(param, value, types, wrong)
+        if not _fits(value, types):
+            raise wrong
     elif op == "one_of":
         if not isinstance(value, list) or not 1 <= len(value) <= MAX_ONE_OF:
             raise InvalidInput("constraints", f"one_of on {param!r} must list 1 to {MAX_ONE_OF} values.")
-        for item in value:
-            _check_value(param, item, types, wrong)
+        if not all(_fits(item, types) for item in value):
+            raise wrong
     elif op == "matches":
         if not text:
             raise wrong
@@ -236,23 +239,21 @@ def _constraint(param: str, spec: object, capabilities: Sequence[Capability]) ->
     else:
         if not text:
             raise wrong
-        _int("constraints", value, 0, 10_000)
+        _int("constraints", value, 0, 10_000, f"max_length on {param!r}")
     return {op: value}
 
 
-def _check_value(param: str, value: object, types: set[ParamType], wrong: InvalidInput) -> None:
+def _fits(value: object, types: set[ParamType]) -> bool:
+    """Whether ``value`` is a value of the parameter, of ``types`` across the tools that declare it."""
     if types <= {ParamType.STRING, ParamType.ENUM}:
-        ok = isinstance(value, str) and len(value) <= 1000
-    elif types == {ParamType.BOOLEAN}:
-        ok = isinstance(value, bool)
-    elif types == {ParamType.INTEGER}:
-        ok = isinstance(value, int) and not isinstance(value, bool)
-    elif types <= {ParamType.NUMBER, ParamType.INTEGER}:
-        ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-    else:
-        ok = False
-    if not ok:
-        raise wrong
+        return isinstance(value, str) and len(value) <= 1000
+    if types == {ParamType.BOOLEAN}:
+        return isinstance(value, bool)
+    if types == {ParamType.INTEGER}:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if types <= {ParamType.NUMBER, ParamType.INTEGER}:
+        return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    return False
 
 
 _QUANTIFIER = re.compile(r"[*+?]|\{\d*,?\d*\}")
