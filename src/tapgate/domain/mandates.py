@@ -7,10 +7,10 @@ live only once one of the person's approvers signed its ``mandate`` approval, wh
 mandate's canonical JSON and the card that states every bound in words.
 
 A ``matches`` constraint is a regular expression an agent wrote, so it is treated as hostile when the
-mandate is asked for: at most 200 characters; no backreference or look-around; no repeated group that
-itself repeats or alternates; at most one repetition unbounded or over 10; and at most 32 ways to match
-through its bounded repetitions and alternatives together. A value over 1,000 characters never matches
-(the person is asked). What is left is at worst quadratic in a bounded value: milliseconds.
+mandate is asked for: at most 200 characters; no backreference, look-around or verbose mode; no repeated
+group that itself repeats or alternates; at most one repetition unbounded or over 10; and at most 32 ways
+to match through its bounded repetitions and alternatives together. A value over 1,000 characters never
+matches (the person is asked). What is left is at worst quadratic in a bounded value: milliseconds.
 """
 
 from __future__ import annotations
@@ -257,6 +257,16 @@ def _fits(value: object, types: set[ParamType]) -> bool:
 
 
 _QUANTIFIER = re.compile(r"[*+?]|\{\d*,?\d*\}")
+# One token of a pattern as Python's parser reads it: an escape; a whole class (a ] first, or right after
+# its ^, is one of its characters); a group's opening with what comes before its body (a name, the group a
+# conditional tests, flags, the text of a comment: its ) closes the group like any other); a {m,n}
+# repetition; or one character.
+_TOKEN = re.compile(
+    r"\\.|\[\^?\]?(?:\\.|[^\\\]])*\]"
+    r"|\((?:\?(?:P<[^>]*>|\([^)]*\)|>|#(?:\\.|[^\\)])*|(?P<flags>[a-zA-Z]*)(?:-[a-zA-Z]*)?:?))?"
+    r"|\{\d*,?\d*\}|.",
+    re.DOTALL,
+)
 
 
 def compile_pattern(param: str, pattern: object) -> re.Pattern[str]:
@@ -280,57 +290,33 @@ def compile_pattern(param: str, pattern: object) -> re.Pattern[str]:
 
 def _risky(pattern: str) -> str | None:
     """Why ``pattern`` could take exponential time, or None. Conservative: a repeated group that itself
-    holds a repetition or an alternation is refused, as are backreferences and look-arounds."""
+    holds a repetition or an alternation is refused, as are backreferences, look-arounds and verbose mode
+    (where whitespace and comments are not the pattern, so what is read here would not be what runs)."""
     if re.search(r"\\[1-9]|\(\?P=|\(\?<?[=!]", pattern):
         return "backreferences and look-arounds are not allowed"
-    stack: list[bool] = [False]  # per open group: does it hold a repetition or alternation
+    busy = [False]  # per open group: does it hold a repetition or alternation
+    closed_busy = False  # the token before closed a group that does
     choices, large = 1, 0
-    i = 0
-    while i < len(pattern):
-        ch = pattern[i]
-        if ch == "\\":
-            i += 2
-            continue
-        if ch == "[":  # a class: skip to its end
-            j = i + 1
-            if j < len(pattern) and pattern[j] == "^":
-                j += 1
-            if j < len(pattern) and pattern[j] == "]":
-                j += 1
-            while j < len(pattern) and pattern[j] != "]":
-                j += 2 if pattern[j] == "\\" else 1
-            i = j + 1
-            continue
-        if ch == "(":
-            j = _group_body(pattern, i)
-            if j < 0:  # an inline flags group such as (?i): no group opens
-                i = -j
-                continue
-            stack.append(False)
-            i = j
-            continue
-        if ch == ")":
-            inner = stack.pop() if len(stack) > 1 else False
-            after = _QUANTIFIER.match(pattern, i + 1)
-            if after and inner:
-                return "a repeated group may not itself repeat or alternate"
-            if after:
-                choices *= _branching(after.group(0))
-                large += _large(after.group(0))
-                stack[-1] = True
-                i = after.end()
-                continue
-            if inner or after:
-                stack[-1] = True
-        elif ch == "|" or _QUANTIFIER.match(pattern, i):
-            stack[-1] = True
-            quantifier = _QUANTIFIER.match(pattern, i)
-            choices *= _branching(quantifier.group(0) if quantifier else "?")
-            if quantifier and _large(quantifier.group(0)):
-                large += 1
-            i = quantifier.end() if quantifier else i + 1
-            continue
-        i += 1
+    for token in _TOKEN.finditer(pattern):
+        text = token.group()
+        quantifier = _QUANTIFIER.fullmatch(text)
+        if quantifier and closed_busy:
+            return "a repeated group may not itself repeat or alternate"
+        if "x" in (token["flags"] or ""):
+            return "verbose mode (?x) is not allowed"
+        closed_busy = False
+        if text[0] == "(":
+            busy.append(False)
+        elif text == ")":
+            closed_busy = busy.pop()
+            busy[-1] = busy[-1] or closed_busy
+        elif text == "|":
+            busy[-1] = True
+            choices *= 2
+        elif quantifier:
+            busy[-1] = True
+            choices *= _branching(text)
+            large += _large(text)
     if large > 1:
         return "at most one repetition may be unbounded or over 10 (write {m,n} with n up to 10)"
     if choices > MAX_CHOICES:
@@ -339,39 +325,23 @@ def _risky(pattern: str) -> str | None:
 
 
 def _branching(quantifier: str) -> int:
-    """How many ways a quantifier (or, for ``?``, an alternative) lets the matcher try; 1 for the one
-    large repetition allowed."""
+    """How many ways a quantifier lets the matcher try (``{2,5}``: 4, ``?``: 2); 1 for the one large
+    repetition allowed."""
     if _large(quantifier):
         return 1
     if quantifier == "?":
         return 2
     low, comma, high = quantifier[1:-1].partition(",")
-    return 1 + (int(high or low) - int(low or 0)) if comma else 1
+    return int(high) - int(low or 0) + 1 if comma else 1
 
 
 def _large(quantifier: str) -> bool:
-    if quantifier in ("*", "+"):
-        return True
-    if quantifier == "?":
-        return False
-    low, _, high = quantifier[1:-1].partition(",")
-    if not _:
-        high = low
-    return not high or int(high) > 10
-
-
-def _group_body(pattern: str, i: int) -> int:
-    """Where the body of the group opening at ``i`` starts; minus the index after an inline flags group."""
-    if not pattern.startswith("(?", i):
-        return i + 1
-    if pattern.startswith("(?P<", i):
-        return pattern.index(">", i) + 1
-    j = i + 2
-    while j < len(pattern) and (pattern[j].isalpha() or pattern[j] == "-"):
-        j += 1
-    if j < len(pattern) and pattern[j] == ":":
-        return j + 1
-    return -(j + 1)
+    """Whether a quantifier repeats without bound or more than 10 times."""
+    if not quantifier.startswith("{"):
+        return quantifier != "?"
+    low, comma, high = quantifier[1:-1].partition(",")
+    most = high if comma else low
+    return not most or int(most) > 10
 
 
 def canonical(mandate: Mandate) -> dict[str, Any]:
