@@ -371,11 +371,11 @@ def _tool_words(name: str, tools: Mapping[str, tuple[str, Capability]]) -> str:
 
 def _constraint_words(param: str, spec: Mapping[str, Any]) -> str:
     op, value = next(iter(spec.items()))
+    # a text in quotes; a number or True/False as is (a bound is text, a number or a truth value)
     if op == "equals":
-        return f"{param} exactly {value!r}" if isinstance(value, str) else f"{param} exactly {value}"
+        return f"{param} exactly {value!r}"
     if op == "one_of":
-        items = [repr(v) if isinstance(v, str) else str(v) for v in value]
-        return f"{param} one of {', '.join(items)}"
+        return f"{param} one of {', '.join(map(repr, value))}"
     if op == "matches":
         return f"{param} matching the pattern {value}"
     if op == "max":
@@ -390,7 +390,7 @@ def _agent_words(mandate: Mandate, who: str) -> str:
     return who or mandate.agent_id
 
 
-def summary(mandate: Mandate, tools: Mapping[str, tuple[str, Capability]], who: str = "") -> str:
+def summary(mandate: Mandate, tools: Mapping[str, tuple[str, Capability]], who: str) -> str:
     """Every bound in one sentence: who (``who``: the agent's name), which tools, which values, how many,
     until when, why."""
     who = _agent_words(mandate, who)
