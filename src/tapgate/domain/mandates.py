@@ -295,25 +295,22 @@ def _risky(pattern: str) -> str | None:
     if re.search(r"\\[1-9]|\(\?P=|\(\?<?[=!]", pattern):
         return "backreferences and look-arounds are not allowed"
     busy = [False]  # per open group: does it hold a repetition or alternation
-    closed_busy = False  # the token before closed a group that does
     choices, large = 1, 0
     for token in _TOKEN.finditer(pattern):
         text = token.group()
-        quantifier = _QUANTIFIER.fullmatch(text)
-        if quantifier and closed_busy:
-            return "a repeated group may not itself repeat or alternate"
         if "x" in (token["flags"] or ""):
             return "verbose mode (?x) is not allowed"
-        closed_busy = False
         if text[0] == "(":
             busy.append(False)
         elif text == ")":
-            closed_busy = busy.pop()
-            busy[-1] = busy[-1] or closed_busy
+            inner = busy.pop()
+            if inner and _QUANTIFIER.match(pattern, token.end()):
+                return "a repeated group may not itself repeat or alternate"
+            busy[-1] = busy[-1] or inner
         elif text == "|":
             busy[-1] = True
             choices *= 2
-        elif quantifier:
+        elif _QUANTIFIER.fullmatch(text):
             busy[-1] = True
             choices *= _branching(text)
             large += _large(text)
