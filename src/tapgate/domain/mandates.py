@@ -298,7 +298,7 @@ def _risky(pattern: str) -> str | None:
     choices, large = 1, 0
     for token in _TOKEN.finditer(pattern):
         text = token.group()
-        if "x" in (token["flags"] or ""):
+        if token["flags"] and "x" in token["flags"]:
             return "verbose mode (?x) is not allowed"
         if text[0] == "(":
             busy.append(False)
