@@ -328,8 +328,8 @@ def _branching(quantifier: str) -> int:
         return 1
     if quantifier == "?":
         return 2
-    low, comma, high = quantifier[1:-1].partition(",")
-    return int(high) - int(low or 0) + 1 if comma else 1
+    low, _, high = quantifier[1:-1].partition(",")  # {m}: m times, one way; {m,n}: n - m + 1 ways
+    return int(high or low) - int(low or 0) + 1
 
 
 def _large(quantifier: str) -> bool:
