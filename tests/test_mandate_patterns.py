@@ -1,5 +1,6 @@
-"""The check on a mandate's ``matches`` pattern: an agent wrote it, so it is hostile until read. What the
-check lets through is at worst quadratic in a bounded value; what it refuses, it refuses with the sentence
+"""The check on a mandate's ``matches`` pattern: an agent wrote it, so it is hostile until read. Every
+construct that could backtrack without bound is refused wherever it hides (behind a comment, an atomic or
+conditional group, verbose mode), each limit holds at N and refuses N+1, and every refusal is the sentence
 the agent reads (docs/mandates.md, DESIGN §23)."""
 
 from __future__ import annotations
