@@ -85,9 +85,10 @@ mutation: $(MUTATION_STAMP)
 	$(BIN)/mutmut run --max-children $(or $(MUTMUT_CHILDREN),2) $(MUTANTS)
 	$(BIN)/mutmut results --all true | $(BIN)/python .ci/mutation-scores
 
+# SERVE_ARGS: more for `tapgate serve`, e.g. SERVE_ARGS='--port 8090' where 8080 is taken.
 serve: $(STAMP)
 	test -f tapgate.toml || $(BIN)/tapgate init
-	$(BIN)/tapgate serve
+	$(BIN)/tapgate serve $(SERVE_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis mutants $(MCP_TS)/node_modules

@@ -167,9 +167,13 @@ def test_the_demo_runs_to_its_end() -> None:
     # Each step is one line, however long: a link is never cut in two by the output's width.
     [printed] = [line for line in run.stdout.splitlines() if "tapgate console link prints" in line]
     assert re.search(r"https?://\S+/console/link\S*$", printed), printed
-    # and the end names no spent link
+    # A detail cut short says so: a pairing link cut without a mark looks whole.
+    [asked] = [line for line in run.stdout.splitlines() if "ana asks for a pairing link" in line]
+    assert re.search(r"http://\S+/app/#pair=\S+…$", asked), asked
+    # and the end names no spent link, but where a gateway with ana on it comes from
     ending = run.stdout.split("Every step did what it says.", 1)[1]
     assert "/console/link" not in ending and "tapgate console link --tenant default" in ending
+    assert "Run it yourself" in ending
 
 
 def test_help_shows_no_type_beside_a_flag_and_the_device_group_names_login() -> None:

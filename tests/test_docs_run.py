@@ -146,6 +146,32 @@ def test_every_shell_block_of_the_api_guide_runs_in_order(tmp_path: Path) -> Non
     check_answers(blocks, run_blocks(blocks, tmp_path, "8080", free_port()))
 
 
+def test_the_readmes_make_serve_inits_once_and_serves_on_the_port_serve_args_give(tmp_path: Path) -> None:
+    """`make serve SERVE_ARGS='--port N'`, as the README's first screen shows it for a taken 8080, run in
+    a folder of its own with this test's venv as the Makefile's (its install step left out)."""
+    readme = (ROOT / "README.md").read_text().replace("\n", " ")
+    assert "make serve SERVE_ARGS='--port 8090'" in readme
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TAPGATE_")}
+    make = ["make", "-s", "-f", str(ROOT / "Makefile"), "serve", f"VENV={sys.prefix}", "STAMP="]
+    process = subprocess.Popen(
+        [*make, f"SERVE_ARGS=--port {port}"], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, text=True, start_new_session=True,
+    )  # fmt: skip
+    try:
+        ready = subprocess.run(
+            ["curl", "-s", "--retry", "60", "--retry-connrefused", "--retry-delay", "1",
+             f"http://127.0.0.1:{port}/healthz"],
+            capture_output=True, text=True, timeout=120, check=False,
+        )  # fmt: skip
+        assert ready.stdout == '{"status":"ok"}', ready
+        assert (tmp_path / "tapgate.toml").is_file() and (tmp_path / "tapgate.db").is_file()
+    finally:
+        os.killpg(process.pid, signal.SIGTERM)
+        said, _ = process.communicate(timeout=60)
+    assert "The operator token of tenant 'default' (shown once):" in said, said
+
+
 def test_the_readmes_run_it_yourself_pairs_a_terminal_phone_on_its_own_port(tmp_path: Path) -> None:
     blocks = shell_blocks(section((ROOT / "README.md").read_text(), "## Run it yourself"))
     port = free_port()

@@ -16,7 +16,7 @@ import httpx
 import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
-from cryptography.x509.oid import ExtendedKeyUsageOID
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from tapgate.config import load_settings
 from tests.live import Server, free_port, local_ca_gateway, tapgate, write_config
@@ -135,6 +135,9 @@ def test_serve_answers_plain_http_with_the_tls_page_and_the_ca_and_redirects_the
                 assert words in page.text
             fingerprint = hashlib.sha256(ca.public_bytes(serialization.Encoding.DER)).hexdigest().upper()
             assert " ".join(fingerprint[i : i + 2] for i in range(0, 64, 2)) in page.text
+            # the authority by the name phones list it under, in the steps that say where to tap it
+            [common_name] = ca.subject.get_attributes_for_oid(NameOID.COMMON_NAME)
+            assert page.text.count(f"<b>{common_name.value}</b>") >= 2 and "CN=" not in page.text
             der = client.get("/tls/ca.crt")
             assert der.headers["content-type"] == "application/x-x509-ca-cert"
             assert x509.load_der_x509_certificate(der.content) == ca

@@ -46,6 +46,11 @@ def _tapgate(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+def _cut(detail: str, width: int = 60) -> str:
+    """A long detail shortened, and seen to be: a link cut without a mark looks whole."""
+    return detail if len(detail) <= width else f"{detail[: width - 1]}…"
+
+
 def _step(title: str, ok: bool, detail: str = "") -> None:
     mark = "[green]ok[/green]  " if ok else "[red]FAIL[/red]"
     # One line a step, wrapped by the terminal, never by rich: a link or a code is never split mid-word.
@@ -99,7 +104,9 @@ def _phone(
     made = _tapgate("device", "keygen", str(key))
     _step("tapgate device keygen makes the phone's P-256 key", made.returncode == 0, made.stderr.strip())
     r = client.post("/v1/users/ana/pairings", json={}, headers=user)
-    _step("ana asks for a pairing link (and its QR code)", r.status_code == 201, r.json().get("url", "")[:60])
+    _step(
+        "ana asks for a pairing link (and its QR code)", r.status_code == 201, _cut(r.json().get("url", ""))
+    )
     pairing = r.json()
     qr = client.get(f"/v1/pairings/{pairing['pairing_id']}/qr.svg", headers=user)
     _step("the QR code draws as SVG", qr.status_code == 200 and "<svg" in qr.text)
@@ -127,14 +134,14 @@ def _phone(
     _step(
         "ana's user token alone cannot let her first device in: signatures are required",
         r.status_code == 403,
-        r.json()["error"]["message"][:60],
+        _cut(r.json()["error"]["message"]),
     )
     r = client.post(f"/v1/pairings/{pairing['pairing_id']}/consent", json=consent, headers=operator)
     _step(
         "the operator checks the code with ana and consents: the lamp, texts, phone actions, and approvals "
         "(it can approve for her)",
         r.status_code == 200,
-        r.text[:60],
+        _cut(r.text),
     )
     return _run_phone(folder)
 
@@ -231,7 +238,7 @@ def _agent_story(
     _step(
         "the agent's event stream carries it as untrusted content",
         ingest.get("trust") == "untrusted",
-        str(ingest.get("framing", ""))[:60],
+        _cut(str(ingest.get("framing", ""))),
     )
 
 
@@ -252,7 +259,7 @@ def _vouching_story(folder: Path, client: httpx.Client, user: dict[str, str]) ->
     _step(
         "ana has a phone now: her user token alone cannot pair the tablet",
         r.status_code == 403,
-        r.json()["error"]["message"][:60],
+        _cut(r.json()["error"]["message"]),
     )
     phone = _run_phone(folder)  # ana opens her phone
     try:
@@ -318,9 +325,9 @@ def run_demo(keep: bool = False) -> int:
     console.print("[bold green]Every step did what it says.[/bold green]")
     # The demo's sign-in link is spent and its gateway stopped: say how to get a live one, not that one.
     console.print(
-        "The person's console, on your own gateway: tapgate serve, then tapgate console link --tenant "
-        "default --user ana --url URL prints a link that signs ana in once; or open /console/sign-in and "
-        "scan its code with the paired phone (docs/console.md).",
+        "The person's console, on a gateway of your own: the README's \"Run it yourself\" starts one with "
+        "ana and her lamp, then tapgate console link --tenant default --user ana prints a link that signs "
+        "ana in once; or open /console/sign-in and scan its code with the paired phone (docs/console.md).",
         soft_wrap=True,
     )
     console.print(

@@ -17,6 +17,7 @@ from urllib.parse import urlsplit
 import typer
 
 from tapgate.device.cli import CaFileOption
+from tapgate.device.reaching import unresolved
 from tapgate.domain.devices import APPROVALS, Device
 from tapgate.domain.errors import ComparisonMismatch, ConfigurationError, InvalidInput, TapgateError
 from tapgate.domain.pairing import PairingStatus
@@ -181,6 +182,14 @@ def _listening(url: str) -> bool:
         return False
 
 
+def _resolves(url: str) -> bool:
+    try:
+        socket.getaddrinfo(urlsplit(url).hostname or "127.0.0.1", None)
+    except socket.gaierror:
+        return False
+    return True
+
+
 def _untrusted_https(url: str, ca_file: Path | None) -> str | None:
     """For an https address: the sentence when its certificate is not trusted with ``ca_file``."""
     import httpx
@@ -211,6 +220,8 @@ def served_at(url: str | None, config: str | None, ca_file: Path | None = None) 
         public_url = url or load_settings(config).public_url or DEFAULT_PUBLIC_URL
     except ConfigurationError as e:
         raise _fail(e.message) from None
+    if not _resolves(public_url):
+        raise _fail(unresolved(public_url))
     not_trusted = _untrusted_https(public_url, ca_file)
     if not_trusted is not None:
         raise _fail(not_trusted)

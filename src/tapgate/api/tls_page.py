@@ -14,6 +14,7 @@ from urllib.parse import urlsplit
 import uvicorn
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
+from cryptography.x509.oid import NameOID
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
@@ -73,6 +74,12 @@ def _no_ca() -> Response:
     return JSONResponse({"error": {"code": "not_found", "message": message}}, status_code=404)
 
 
+def _shown_name(ca: x509.Certificate) -> str:
+    """The authority's name as a phone lists it (its common name), not as RFC 4514 writes it."""
+    names = ca.subject.get_attributes_for_oid(NameOID.COMMON_NAME)
+    return str(names[0].value) if names else ca.subject.rfc4514_string()
+
+
 def _page(public_url: str, page_url: str, ca: x509.Certificate | None) -> str:
     app = html.escape(f"{public_url}/app/")
     qr = svg(page_url, 4, "This page, for your phone").decode()
@@ -83,7 +90,7 @@ def _page(public_url: str, page_url: str, ca: x509.Certificate | None) -> str:
             f'trusts: there is nothing to install. Open <a href="{app}">{app}</a>.</p>'
         )
     else:
-        name = html.escape(ca.subject.rfc4514_string())
+        name = html.escape(_shown_name(ca))
         fingerprint = hashlib.sha256(ca.public_bytes(serialization.Encoding.DER)).hexdigest().upper()
         pairs = " ".join(fingerprint[i : i + 2] for i in range(0, len(fingerprint), 2))
         body = f"""<p>This gateway speaks https with a certificate from its own certificate authority,

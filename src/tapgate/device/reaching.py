@@ -9,7 +9,7 @@ import httpx
 
 from tapgate.trust import untrusted_line
 
-__all__ = ["unreachable"]
+__all__ = ["unreachable", "unresolved"]
 
 _PROBE_SECONDS = 3.0
 
@@ -42,13 +42,37 @@ def _tls_failed(error: BaseException) -> bool:
     return False
 
 
+def _in_chain(error: BaseException, kind: type[BaseException]) -> bool:
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, kind):
+            return True
+        current = current.__cause__ or current.__context__
+    return False
+
+
+def unresolved(url: str) -> str:
+    """What to tell the person when the host name in ``url`` does not resolve here: the gateway may well
+    be running, so "start it" would mislead."""
+    host = httpx.URL(url).host
+    return (
+        f"The name {host} does not resolve on this machine ({url}): check it, or make it resolve here too "
+        "(a .local name through mDNS, another through your DNS or /etc/hosts)."
+    )
+
+
 def unreachable(url: str, error: Exception) -> str:
     """What to tell the person when a request to ``url`` failed with ``error``: an untrusted certificate
-    says so and what to pass; plain ``http://`` sent to a port that answers only HTTPS says so and gives
-    the https address, and ``https://`` sent to a port that answers only plain http gives the http one."""
+    says so and what to pass; a name that does not resolve says so; plain ``http://`` sent to a port that
+    answers only HTTPS says so and gives the https address, and ``https://`` sent to a port that answers
+    only plain http gives the http one."""
     line = untrusted_line(error)
     if line is not None:
         return line
+    if _in_chain(error, socket.gaierror):
+        return unresolved(url)
     parsed = httpx.URL(url)
     if (
         parsed.scheme == "http"
