@@ -304,7 +304,7 @@ _RULES: tuple[_Rule, ...] = (
     ),
     _context(
         "aws_secret_key",
-        "aws|secret_access_key|secret access key|secretaccesskey",
+        "aws|access",
         r"(?i:aws|secret[ _\-]?access[ _\-]?key)[\s\S]{0,40}?(?<![A-Za-z0-9/+])([A-Za-z0-9/+]{40})"
         r"(?![A-Za-z0-9/+=])",
         _aws_secret,
