@@ -11,10 +11,12 @@ import json
 
 import pytest
 
+from tapgate.domain import secret_scan
 from tapgate.domain.errors import SecretRefused
 from tapgate.domain.secret_scan import SecretFinding, check_outbound, scan
 
 AWS = "AKIA" + "Q3EGRXQ5LZ2YTB7M"
+AWS_ENDING_IN_W = "AKIA" + "Q3EGRXQ5LZ2YTB7W"  # after one more byte, its base64 ends in X
 GITHUB = "ghp_" + "aB3dE5fG7hJ9kL1mN3pQ5rS7tU9vW1xY3zA5"
 AWS_SECRET = "Hj8sK2mQ9xL4pR7tW1vB5nC3zD6fG0aE" + "/+yUiOkP"
 SIXTEEN = "aB3cD4eF5gH6iJ7X"  # 16 symbols: twice over, exactly 4.0 bits a character
@@ -154,7 +156,7 @@ def test_a_named_value_is_refused_from_8_characters_its_trailing_dots_not_counte
     "text",
     [
         "token = settings.OAUTH2_TOKEN",  # a dotted name, with a digit
-        "the token: https://id.example.com/v2/token",  # an address
+        "the token: https://id.acme.org/v2/token",  # an address
         "password: your_pass_2024",  # a placeholder, with digits
         "key: GenericTypesCacheKey",  # a name in camel case
     ],
@@ -257,8 +259,8 @@ KEY_IN_A_URL = "https://example.com/?q="
 @pytest.mark.parametrize(
     "encoded",
     [
-        _base64(":" + AWS),  # ends in X, no padding
-        _base64(":" + AWS) + "=",  # one = too many
+        _base64(":" + AWS_ENDING_IN_W),  # ends in X, no padding
+        _base64(":" + AWS_ENDING_IN_W) + "=",  # one = too many
         _base64(AWS) + "=",  # one = too many, after one that is needed
         KEY_IN_A_URL + _urlsafe("key -> " + AWS),  # URL-safe: a dash, no underscore
         KEY_IN_A_URL + _urlsafe("use this? " + AWS),  # URL-safe: an underscore, no dash
@@ -293,6 +295,9 @@ def test_a_decoded_text_is_not_decoded_again() -> None:
     assert scan(as_hex) == _whole("high_entropy", as_hex)
     text = KEY_IN_A_URL + twice
     assert scan(text) == SecretFinding("high_entropy", len(KEY_IN_A_URL), len(text))
+    longer = _base64(" ".join(["file", encoded] * 60))  # longer than any run decoded as hidden text
+    assert len(longer) > 4096
+    assert scan(longer) == _whole("high_entropy", longer)
 
 
 # -- keys hidden by invisible characters or separators ------------------------------------------------
@@ -362,11 +367,64 @@ def test_a_key_that_runs_on_into_the_next_field_ends_where_that_field_starts() -
     )
 
 
-# "sk_live_" and a body of letters: 9 changes of class in 30 pairs, exactly 0.3, and no digit.
-STRIPE_WITHOUT_DIGITS = "sk_live_" + "ABCDefghIJKLmnopQRStuvw"
+# "dop_v1_" and 64 hex digits: 21 changes of class in 70 pairs, exactly 0.3; cut into uneven pieces.
+DIGITALOCEAN = "dop_v1_" + "abcd1234cdef3456efab5678abcd7890cdef9012efab1234abcd3456cdef56ef"
 
 
-@pytest.mark.parametrize("every", [5, 6, 7])
-def test_a_split_key_is_found_from_three_class_changes_in_ten_characters(every: int) -> None:
-    text = f"pay with {_pieces(STRIPE_WITHOUT_DIGITS, every, ' ')}"
-    assert scan(text) == _whole("stripe_key", text)
+def test_a_key_split_unevenly_is_found_from_three_class_changes_in_ten_characters() -> None:
+    text = "token " + " ".join([DIGITALOCEAN[:9], DIGITALOCEAN[9:30], DIGITALOCEAN[30:52], DIGITALOCEAN[52:]])
+    assert scan(text) == _whole("digitalocean_token", text)
+
+
+# An npm token with few changes of class: found when split, only because its pieces are even.
+EVEN_NPM = "npm_" + "AAAA1111BBBB2222CCCC3333DDDD4444EEEE"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        _pieces(EVEN_NPM, 4, "_"),  # npm__AAAA_1111_…: the prefix's own underscore is kept
+        "key_" + _pieces(EVEN_NPM, 4, "_"),  # and the underscore before it is not
+    ],
+)
+def test_a_key_split_evenly_after_a_prefix_that_holds_the_separator_is_found(text: str) -> None:
+    assert scan(text) == _whole("npm_token", text)
+
+
+def test_a_key_with_a_short_last_piece_that_runs_on_into_a_word_ends_where_the_word_starts() -> None:
+    token = "glpat-" + "ABCDEFGHIJKLMNOPQRSTUVWX12"  # pieces of five, then two
+    fields = [(f"part {i}", piece) for i, piece in enumerate(_pieces(token, 5, " ").split())]
+    assert _refusal([*fields, ("sign", "thanks")]) == (
+        " + ".join(name for name, _ in fields) + " + sign",
+        SecretFinding("gitlab_token", 0, len(token)),
+    )
+
+
+_SENTENCE = "and then we can all go to the park for a walk after lunch if the weather holds up"
+
+
+@pytest.mark.parametrize(("words", "found"), [(0, True), (1, True), (16, True), (17, False)])
+def test_a_key_with_few_class_changes_is_cut_out_of_at_most_sixteen_words_run_on_after_it(
+    words: int, found: bool
+) -> None:
+    # The bound on the work done for one match: the key must end at one of the last sixteen cuts in it.
+    text = " ".join([_pieces("glpat-" + "ABCDEFGHIJKLMNOPQRSTUVWX12", 5, " "), *_SENTENCE.split()[:words]])
+    assert scan(text) == (_whole("gitlab_token", text) if found else None)
+
+
+# -- how a rule matches text joined from pieces -------------------------------------------------------
+
+
+def test_a_rule_for_a_token_of_one_case_ignores_case_in_joined_text_too() -> None:
+    rule = secret_scan._token("demo_token", "dmo_", r"DMO_[A-Z0-9]{24}", any_case=True)
+    text = "dmo_abcdefgh12345678abcd1234"
+    joined = secret_scan._shapes(text, text, cuts=lambda: frozenset({14}), rules=[rule])
+    assert joined == SecretFinding("demo_token", 0, 28)
+
+
+def test_a_jwt_rule_in_joined_text_finds_a_header_that_a_word_touches() -> None:
+    rule = secret_scan._token("demo_jwt", "eyj", rf"eyJ{secret_scan._EYJ_ALONE}[a-z0-9]{{20}}")
+    text = "keyeyJabcdefghij1234567890"
+    assert secret_scan._shapes(text, text.lower(), rules=[rule]) is None
+    joined = secret_scan._shapes(text, text.lower(), cuts=lambda: frozenset({3, 15}), rules=[rule])
+    assert joined == SecretFinding("demo_jwt", 3, 26)
