@@ -403,12 +403,17 @@ def test_a_key_with_a_short_last_piece_that_runs_on_into_a_word_ends_where_the_w
 _SENTENCE = "and then we can all go to the park for a walk after lunch if the weather holds up"
 
 
-@pytest.mark.parametrize(("words", "found"), [(0, True), (1, True), (16, True), (17, False)])
+@pytest.mark.parametrize(
+    ("words", "end", "found"),
+    [(0, "", True), (1, "", True), (16, "", True), (16, " !", True), (17, "", False)],
+)
 def test_a_key_with_few_class_changes_is_cut_out_of_at_most_sixteen_words_run_on_after_it(
-    words: int, found: bool
+    words: int, end: str, found: bool
 ) -> None:
-    # The bound on the work done for one match: the key must end at one of the last sixteen cuts in it.
-    text = " ".join([_pieces("glpat-" + "ABCDEFGHIJKLMNOPQRSTUVWX12", 5, " "), *_SENTENCE.split()[:words]])
+    # The bound on the work done for one match: the key must end at one of the last sixteen cuts inside it
+    # (a cut at the very end of the match, before the "!", does not count).
+    key = _pieces("glpat-" + "ABCDEFGHIJKLMNOPQRSTUVWX12", 5, " ")
+    text = " ".join([key, *_SENTENCE.split()[:words]]) + end
     assert scan(text) == (_whole("gitlab_token", text) if found else None)
 
 
