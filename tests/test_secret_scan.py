@@ -379,7 +379,9 @@ def test_integrity_hashes_and_small_data_images_are_not_secrets_but_lookalike_ke
         "https://docs.google.com/document/d/1BxiMVs0XRA5nFMdKvBdBZjgmUUqptlbs74OgvE2upms/edit",  # in a URL
         "0x5aAeb6053F3E94C9b9A09f33669435E7Ef1BeAed",  # hexadecimal: an Ethereum address
         "/storage/emulated/0/Documents/Holiday_Photos_2024",  # a path made of words
-        "ZZZZZZZZZZZZZZZZzzzzzzzzzzzzzzzz11111111",  # too few class changes, too little entropy
+        "ZZZZZZZZZZZZZZZZzzzzzzzzzzzzzzzz11111111",  # one word: upper case, lower case, digits
+        "QWERTYghkm382ZXCbsdf457LKJuio90P",  # too few class changes: 9 in 31
+        "aB3cD4eF5gH6iJ7kaB3cD4eF5gH6iJ7a",  # too little entropy: just under 4 bits a character
         _base64("sunset_beach_holiday_photo_2024-06-22.jpeg"),  # base64 of a file name
     ],
 )

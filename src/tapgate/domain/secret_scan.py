@@ -112,7 +112,7 @@ def scan(text: str) -> SecretFinding | None:
 
 
 def _nfkc(text: str) -> str:
-    return text if unicodedata.is_normalized("NFKC", text) else unicodedata.normalize("NFKC", text)
+    return unicodedata.normalize("NFKC", text)  # returns ``text`` itself when it is already normal
 
 
 # --- rules ------------------------------------------------------------------------------------------
@@ -136,7 +136,7 @@ class _Rule:
     pattern: re.Pattern[str]
     open_pattern: re.Pattern[str]  # ``pattern`` without its right edge, for text joined from pieces
     check: _Check | None
-    in_run: bool
+    in_run: bool = False
     group: int = 0  # the part of the match that is the secret, for the span
 
 
@@ -164,7 +164,7 @@ def _token(
 def _context(kind: str, keywords: str, pattern: str, check: _Check | None = None, group: int = 1) -> _Rule:
     """A secret found by the words around it; ``group`` is the secret itself."""
     compiled = re.compile(pattern)
-    return _Rule(kind, tuple(keywords.split("|")), compiled, compiled, check, in_run=False, group=group)
+    return _Rule(kind, tuple(keywords.split("|")), compiled, compiled, check, group=group)
 
 
 def _entropy(value: str) -> float:
@@ -234,8 +234,9 @@ def _jwt_header(match: re.Match[str]) -> bool:
 
 
 def _discord_user_id(match: re.Match[str]) -> bool:
+    # Its pattern bounds the part to 18 to 21 bytes: a snowflake's length.
     raw = _b64decode(match.group(1))
-    return raw is not None and raw.isdigit() and 15 <= len(raw) <= 21
+    return raw is not None and raw.isdigit()
 
 
 _USER_AND_PASSWORD = re.compile(r"[^\s:]{1,128}:\S{4,}")
@@ -256,12 +257,13 @@ def _aws_secret(match: re.Match[str]) -> bool:
     return _mixed_case(value) and any(c.isdigit() for c in value) and _entropy(value) >= 4.0
 
 
+_MASKED = frozenset("*xX.•")
 _PLACEHOLDER_PASSWORDS = frozenset({"password", "pass", "passwd", "secret", "changeme", "pwd", "token"})
 
 
 def _real_password(match: re.Match[str]) -> bool:
     password = match.group(2)
-    if set(password) <= set("*xX.•") or password[0] in "<$%{[":
+    if set(password) <= _MASKED or password[0] in "<$%{[":
         return False
     return password.lower() not in _PLACEHOLDER_PASSWORDS
 
@@ -302,7 +304,7 @@ _RULES: tuple[_Rule, ...] = (
     ),
     _context(
         "aws_secret_key",
-        "aws|secret_access_key|secret access key|secretaccesskey",
+        "aws|access",
         r"(?i:aws|secret[ _\-]?access[ _\-]?key)[\s\S]{0,40}?(?<![A-Za-z0-9/+])([A-Za-z0-9/+]{40})"
         r"(?![A-Za-z0-9/+=])",
         _aws_secret,
@@ -562,11 +564,11 @@ def _split_token(text: str) -> SecretFinding | None:
         keep = [prefix for rule in rules for prefix in _PREFIXES[sep][rule] if prefix in lowered]
         cuts: _Cuts
         if keep:
-            squeezed, joints = _squeeze(text, lowered, removed, keep)
+            squeezed, joints = _squeeze(text, removed, _places(lowered, keep))
             cuts = functools.partial(frozenset, joints)
         else:  # the common case: where the text was joined is worked out only if a token is found there
-            squeezed = spaced.replace(sep, "") if sep else spaced
-            cuts = _once(functools.partial(_joints, text, lowered, removed))
+            squeezed = spaced.replace(sep, "")
+            cuts = _once(functools.partial(_joints, text, removed))
         if squeezed in seen:
             continue
         seen.add(squeezed)
@@ -587,21 +589,23 @@ def _once(compute: Callable[[], frozenset[int]]) -> _Cuts:
     return cuts
 
 
-def _joints(text: str, lowered: str, removed: re.Pattern[str]) -> frozenset[int]:
-    return _squeeze(text, lowered, removed, [])[1]
+def _joints(text: str, removed: re.Pattern[str]) -> frozenset[int]:
+    return _squeeze(text, removed, frozenset())[1]
 
 
-def _squeeze(
-    text: str, lowered: str, removed: re.Pattern[str], keep: Iterable[str]
-) -> tuple[str, frozenset[int]]:
-    """``text`` without the runs ``removed`` matches, but for the characters of the words in ``keep``;
-    and where the result was joined."""
-    kept: set[int] = set()
-    for word in keep:
-        at = lowered.find(word)
-        while at >= 0:
-            kept.update(range(at, at + len(word)))
-            at = lowered.find(word, at + 1)
+def _places(lowered: str, words: Iterable[str]) -> frozenset[int]:
+    """The places of every character of every occurrence of the ``words`` in ``lowered``."""
+    return frozenset(
+        i
+        for word in words
+        for found in re.finditer(f"(?={re.escape(word)})", lowered)
+        for i in range(found.start(), found.start() + len(word))
+    )
+
+
+def _squeeze(text: str, removed: re.Pattern[str], kept: Collection[int]) -> tuple[str, frozenset[int]]:
+    """``text`` without the runs ``removed`` matches, but for the characters at the places ``kept``; and
+    where the result was joined."""
     pieces: list[str] = []
     cuts: set[int] = set()
     size = last = 0
@@ -737,8 +741,7 @@ def _high_entropy_run(text: str, decode_base64: bool) -> SecretFinding | None:
         if not (_mixed_case(value) and any(c.isdigit() for c in value)):
             continue
         if urls is None:
-            has_url = "://" in text or "www." in text.lower()
-            urls = [m.span() for m in _URL.finditer(text)] if has_url else []
+            urls = [m.span() for m in _URL.finditer(text)]
         if any(start <= match.start() < end for start, end in urls):
             continue
         if _HEX.fullmatch(value) or _BITCOIN.fullmatch(value) or _is_words(value) or _is_digest(value):
@@ -753,8 +756,7 @@ def _high_entropy_run(text: str, decode_base64: bool) -> SecretFinding | None:
 
 def _is_words(value: str) -> bool:
     """True for a path or an identifier made of words: ``/storage/emulated/0/Documents``, ``HAS_TLSv1_3``."""
-    parts = _SEPARATORS.split(value)
-    return len(parts) > 1 and all(_WORDISH.fullmatch(part) for part in parts)
+    return all(_WORDISH.fullmatch(part) for part in _SEPARATORS.split(value))
 
 
 _DIGEST = re.compile(r"sha(1|256|384|512)-([A-Za-z0-9+/]+={0,2})")
