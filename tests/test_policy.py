@@ -619,6 +619,10 @@ WHOLE_REASONS = [
         "decision: that is not a decision; decisions are allow, require_approval, block",
     ),
     (
+        "version: 1\npolicies:\n  - name: a\n    decision: !!str [block]\n",
+        "decision: that is not a decision; decisions are allow, require_approval, block",
+    ),
+    (
         "version: 1\npolicies:\n  - name: a\n    action: 5\n    decision: block\n",
         "action must be text (quote it if it looks like a number or yes/no)",
     ),
