@@ -358,6 +358,35 @@ def test_a_der_signature_whose_declared_part_does_not_parse_is_malformed_not_tra
     assert refusal(DER, payload, b64(b"\x30\x02\x02\x00\x00")) == "malformed DER"
 
 
+# A SEQUENCE of two 62-byte INTEGERs: 131 bytes, its length in DER's long form (0x81 0x80).
+LONG_FORM_DER = bytes.fromhex("308180023e") + b"\x11" * 62 + bytes.fromhex("023e") + b"\x22" * 62
+
+
+@pytest.mark.parametrize(
+    ("blob", "detail"),
+    [
+        (b"\x30", "malformed DER"),
+        (b"\x30\x00", "malformed DER"),
+        (b"\x30\x00\x00", "malformed DER"),
+        (b"\x30\x80\x02\x01\x01\x02\x01\x01\x00\x00", "malformed DER"),
+        (LONG_FORM_DER[:-1], "malformed DER"),
+        (LONG_FORM_DER, "bad signature"),
+        (LONG_FORM_DER + b"\x00", "trailing bytes after the DER signature"),
+    ],
+    ids=[
+        "tag-only",
+        "empty-sequence",
+        "empty-sequence-and-a-byte",
+        "indefinite-length",
+        "long-form-cut",
+        "long-form",
+        "long-form-and-a-byte",
+    ],
+)
+def test_a_signature_that_starts_like_der_is_refused_for_what_it_is(blob: bytes, detail: str) -> None:
+    assert refusal(DER, text(), b64(blob)) == detail
+
+
 def test_json_that_has_no_single_form_is_refused_on_the_json_field_with_the_reason() -> None:
     with pytest.raises(InvalidInput) as refused:
         canonical_json({1: "a"})

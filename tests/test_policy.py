@@ -20,6 +20,7 @@ from tapgate.domain.policy import (
     Operator,
     PolicyDecision,
     PolicyRequest,
+    PolicyRule,
     PolicySet,
     Verdict,
     decide,
@@ -147,6 +148,9 @@ CONDITIONS = [
     ("sessionKind equals chat", {"session_kind": "triage"}, False),
     ("origin equals owner", {}, True),
     ("origin equals owner", {"origin": "device"}, False),
+    # a bare word ends at a space (and in a list at ',' or ']'), whatever letters it holds
+    ("agentId equals XY", {"agent_id": "XY"}, True),
+    ("agentId in [X1, Y]", {"agent_id": "X1"}, True),
 ]
 
 
@@ -343,6 +347,28 @@ def test_a_block_says_the_rules_message_or_names_the_rule_with_its_line() -> Non
         decide(load("policies:" + BLOCK_SMS), call(SMS)).reason
         == "the rule 'block-sms' (line 3) blocks this call"
     )
+
+
+@pytest.mark.parametrize(
+    ("decision", "message", "reason"),
+    [
+        ("block", "", "the rule 'r' (line 3) blocks this call"),
+        ("require_approval", "", "the rule 'r' (line 3) asks the person first"),
+        ("allow", "", "the rule 'r' (line 3) allows this call"),
+        ("allow", "Fine by me", "Fine by me (rule 'r', line 3)"),
+    ],
+)
+def test_a_rule_gives_the_reason_its_decision_or_message_says_and_names_itself_with_its_line(
+    decision: str, message: str, reason: str
+) -> None:
+    body = f"policies:\n  - name: r\n    decision: {decision}\n"
+    outcome = decide(load(body + (f"    message: {message}\n" if message else "")), call())
+    assert (outcome.reason, outcome.rule, outcome.line, outcome.message) == (reason, "r", 3, message)
+
+
+def test_a_rule_made_in_code_has_no_line_and_its_reason_names_none() -> None:
+    assert PolicyRule("r", Verdict.ASK).outcome.reason == "the rule 'r' asks the person first"
+    assert PolicyRule("r", Verdict.BLOCK, message="Not now").outcome.reason == "Not now (rule 'r')"
 
 
 def test_an_ask_carries_the_rules_message() -> None:
@@ -584,6 +610,26 @@ WHOLE_REASONS = [
         "profile: sms_send: 'ask' is not a decision; decisions are allow, require_approval, block",
     ),
     ("version: 1\nprofile: [sms_send]\n", "profile must be a mapping of key: value"),
+    ("version: 1\n1: x\n", "the file: a key must be a word"),
+    ("version: 1\n[version]: 1\n", "the file: a key must be a word"),
+    ("version: 1\nprofile:\n  1: allow\n", "profile: a key must be a word"),
+    ("version: 1\npolicies:\n  - name: a\n    yes: block\n", "a rule: a key must be a word"),
+    (
+        "version: 1\npolicies:\n  - name: a\n    decision: [block]\n",
+        "decision: that is not a decision; decisions are allow, require_approval, block",
+    ),
+    (
+        "version: 1\npolicies:\n  - name: a\n    decision: !!str [block]\n",
+        "decision: that is not a decision; decisions are allow, require_approval, block",
+    ),
+    (
+        "version: 1\npolicies:\n  - name: a\n    action: 5\n    decision: block\n",
+        "action must be text (quote it if it looks like a number or yes/no)",
+    ),
+    (
+        "version: 1\npolicies:\n  - name: a\n    condition: 5\n    decision: block\n",
+        "condition must be text (quote it if it looks like a number or yes/no)",
+    ),
 ]
 
 
@@ -594,6 +640,125 @@ def test_a_broken_file_is_refused_with_the_whole_sentence_that_says_what_to_writ
     with pytest.raises(PolicyFileError) as refused:
         parse_policies(text)
     assert refused.value.reason == reason
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "reason"),
+    [
+        ("version: 1\npolicies: [\n", 3, "expected the node content, but found '<stream end>'"),
+        (
+            "version: 1\npolicies:\n  - name: a\n   decision: block\n",
+            4,
+            "expected <block end>, but found '<block mapping start>'",
+        ),
+        ("version: 1\n---\nversion: 1\n", 2, "but found another document"),
+        ("version: 1\n*x\n", 3, "could not find expected ':'"),
+        ("version: 1\npolicies:\n  - name: \x01\n", 3, "special characters are not allowed"),
+        ("\n\nversion: 1\n# \x01\n", 4, "special characters are not allowed"),
+        ("\x01", 1, "special characters are not allowed"),
+    ],
+)
+def test_a_file_yaml_cannot_read_is_refused_at_the_line_with_the_problem_pyyaml_names(
+    text: str, line: int, reason: str
+) -> None:
+    with pytest.raises(PolicyFileError) as refused:
+        parse_policies(text)
+    assert (refused.value.line, refused.value.reason) == (line, f"not valid YAML: {reason}")
+
+
+FIELD_LIST = "deviceId, capability, capabilityKind, tool, agentId, sessionId, sessionKind, origin"
+OPERATOR_LIST = "equals, not equals, in, matches"
+
+
+@pytest.mark.parametrize(
+    ("condition", "reason"),
+    [
+        ("   ", "it is empty; leave condition out to match every call"),
+        (
+            "deviceIdX equals x",
+            f"unknown field 'deviceIdX' (did you mean 'deviceId'?); fields are {FIELD_LIST}",
+        ),
+        ("sizeX equals x", f"unknown field 'sizeX'; fields are {FIELD_LIST}"),
+        ("deviceId eXquals x", f"unknown operator 'eXquals' after 'deviceId'; operators are {OPERATOR_LIST}"),
+        ("deviceId not", f"unknown operator 'not' after 'deviceId'; operators are {OPERATOR_LIST}"),
+        ("deviceId not in [x]", f"unknown operator 'not in' after 'deviceId'; operators are {OPERATOR_LIST}"),
+        ("deviceId in [x,", "the list after 'deviceId in' is not closed with ']'"),
+        ("deviceId in [x, y", "the list after 'deviceId in' is not closed with ']'"),
+        ("deviceId in [x,, y]", "the list after 'deviceId in' has an empty item"),
+        ("agentId equals 'night bot", "a ' quote is never closed"),
+        ('agentId equals "night bot', 'a " quote is never closed'),
+    ],
+)
+def test_a_broken_condition_is_refused_with_the_whole_sentence(condition: str, reason: str) -> None:
+    with pytest.raises(PolicyFileError) as refused:
+        one_rule(condition)
+    assert refused.value.reason == f"condition: {reason}"
+
+
+TOOL_64 = "device__desk_lamp__" + "x" * 45
+TOOL_RULE = "device__<device>__<capability>, like device__desk_lamp__set_light, or phone_action"
+CAPABILITY_RULE = "lower snake case without '__', at most 30 characters, like set_light"
+
+
+@pytest.mark.parametrize(
+    ("condition", "refusal"),
+    [
+        (f"tool equals {TOOL_64}", None),
+        (f"tool equals {TOOL_64}y", f"tool '{TOOL_64}y' can never match: a tool is {TOOL_RULE}"),
+        ("tool in [phone_action]", None),
+        ("tool equals phone_actions", f"tool 'phone_actions' can never match: a tool is {TOOL_RULE}"),
+        ("capability equals " + "s" * 30, None),
+        (
+            "capability equals " + "s" * 31,
+            f"capability '{'s' * 31}' can never match: a capability is {CAPABILITY_RULE}",
+        ),
+        ("deviceId equals " + "d" * 24, None),
+        (
+            "deviceId equals " + "d" * 25,
+            f"deviceId '{'d' * 25}' can never match: "
+            "a deviceId is lower-case words joined by '-', like desk-lamp",
+        ),
+    ],
+)
+def test_a_name_in_a_condition_may_be_as_long_as_such_a_name_and_not_one_character_longer(
+    condition: str, refusal: str | None
+) -> None:
+    if refusal is None:
+        assert one_rule(condition).rules[0].condition is not None
+        return
+    with pytest.raises(PolicyFileError) as refused:
+        one_rule(condition)
+    assert refused.value.reason == f"condition: {refusal}"
+
+
+@pytest.mark.parametrize(
+    ("key", "loads"),
+    [(TOOL_64, True), (TOOL_64 + "y", False), ("phone_action", True), ("s" * 30, True), ("s" * 31, False)],
+)
+def test_a_profile_key_may_be_as_long_as_a_tool_or_capability_name_and_not_one_character_longer(
+    key: str, loads: bool
+) -> None:
+    text = f"version: 1\nprofile:\n  {key}: block\n"
+    if loads:
+        assert parse_policies(text).profile[key] is Verdict.BLOCK
+        return
+    with pytest.raises(PolicyFileError) as refused:
+        parse_policies(text)
+    assert refused.value.reason == (
+        f"profile: {key!r} is neither a capability name (sms_send) "
+        "nor a tool name (device__desk_lamp__set_light, phone_action)"
+    )
+
+
+@pytest.mark.parametrize(("key", "limit"), [("name", 80), ("message", 500)])
+def test_a_rules_name_and_message_may_be_as_long_as_their_limit_and_not_one_character_longer(
+    key: str, limit: int
+) -> None:
+    rule = {"name": "r", "decision": "block", key: "n" * limit}
+    assert getattr(policy_file([rule]).rules[0], key) == "n" * limit
+    with pytest.raises(PolicyFileError) as refused:
+        policy_file([{**rule, key: "n" * (limit + 1)}])
+    assert refused.value.reason == f"{key} is longer than {limit} characters"
 
 
 @pytest.mark.parametrize(("condition", "reason"), CONDITION_REFUSALS)

@@ -414,7 +414,7 @@ class _Reader:
         return value
 
     def decision(self, node: yaml.Node, what: str) -> Verdict:
-        value = self.text(node, what) if isinstance(node, yaml.ScalarNode) and node.tag == _STR else None
+        value = node.value if isinstance(node, yaml.ScalarNode) and node.tag == _STR else None
         if value not in _DECISIONS:
             shown = repr(node.value) if isinstance(node, yaml.ScalarNode) else "that"
             self.fail(node, f"{what}: {shown} is not a decision; decisions are {_list(_DECISIONS)}")
@@ -449,19 +449,17 @@ def _load(text: str, source: str, problems: list[PolicyFileError] | None) -> Pol
             raise error
         problems.append(error)
 
+    # Composing builds no Python object, so it needs no constructor; the safe loader all the same. On a
+    # string, PyYAML raises a ReaderError (a character YAML refuses) or a MarkedYAMLError, which always
+    # has a problem and the mark where it lies.
     try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
+        root = yaml.SafeLoader(text).get_single_node()
     except yaml.MarkedYAMLError as error:
-        mark = error.problem_mark or error.context_mark
-        problem = error.problem or error.context or "unreadable"
-        raise PolicyFileError(source, mark.line + 1 if mark else 1, f"not valid YAML: {problem}") from error
+        line = error.problem_mark.line + 1  # type: ignore[union-attr]
+        raise PolicyFileError(source, line, f"not valid YAML: {error.problem}") from error
     except yaml.reader.ReaderError as error:
-        line = text.count("\n", 0, error.position) + 1
+        line = text[: error.position].count("\n") + 1
         raise PolicyFileError(source, line, f"not valid YAML: {error.reason}") from error
-    except (
-        yaml.YAMLError
-    ) as error:  # pragma: no cover - every error PyYAML raises on a string is one of the above
-        raise PolicyFileError(source, 1, f"not valid YAML: {error}") from error
     reader = _Reader(source)
     if root is None:
         raise PolicyFileError(source, 1, "the file is empty; it starts with 'version: 1'")
@@ -577,7 +575,7 @@ class _Scanner:
             return self.word(stops) or None
         start = self.at + 1
         close = self.text.find(quote, start)
-        if close < 0:
+        if close == -1:
             raise _Refused(f"a {quote} quote is never closed")
         self.at = close + 1
         following = self.text[self.at : self.at + 1]
@@ -661,7 +659,7 @@ def _check(name: str, value: str) -> str:
 
 
 def _hint(word: str, known: Mapping[str, object] | tuple[str, ...]) -> str:
-    close = difflib.get_close_matches(word, list(known), n=1)
+    close = difflib.get_close_matches(word, list(known))  # the closest first
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
