@@ -10,7 +10,8 @@ A ``matches`` constraint is a regular expression an agent wrote, so it is treate
 mandate is asked for: at most 200 characters; no backreference, look-around or verbose mode; no repeated
 group that itself repeats or alternates; at most one repetition unbounded or over 10; and at most 32 ways
 to match through its bounded repetitions and alternatives together. A value over 1,000 characters never
-matches (the person is asked). What is left is at worst quadratic in a bounded value: milliseconds.
+matches (the person is asked). What is left is at worst quadratic in a bounded value (the slowest known
+allowed shape, ``.*a?a?a?a?a?!`` on 1,000 characters, takes about 0.15 s).
 """
 
 from __future__ import annotations
