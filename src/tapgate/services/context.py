@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from tapgate.domain.policy import PolicySet
 from tapgate.ports import Clock, Store, Wake
 from tapgate.services.handover import Handover
+from tapgate.services.known_mandates import KnownMandates
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +50,7 @@ class Context:
     policies: PolicySet = field(default_factory=PolicySet)
     device_channel: bool = False
     handover: Handover = field(default_factory=Handover)  # answers handed to this process's waiting calls
+    mandates: KnownMandates = field(default_factory=KnownMandates)  # the live mandates last read here
 
     def swap_policies(self, policies: PolicySet) -> None:
         """Put new rules in force for the next call: one reference swapped, so a call that read

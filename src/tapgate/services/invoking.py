@@ -256,7 +256,7 @@ async def _chain(
     asked = how_asked(passed, call.shadow)
     if asked.heard:
         paused_agent(passed, read.agent_paused_until, now)
-    used = await mandates.cover(uow, caller.user_id, request, payload, now) if asked.coverable else None
+    used = await mandates.cover(ctx, uow, caller.user_id, request, payload, now) if asked.coverable else None
     ask = asked.ask and used is None
     if ask or traits(capability.name).confirmed_on_screen:
         await _check_fatigue(ctx, uow, caller.user_id, passed)

@@ -277,12 +277,22 @@ async def revoke(ctx: Context, caller: Principal, mandate_id: str) -> Mandate:
 
 
 async def cover(
-    uow: UnitOfWork, user_id: str, request: Request, payload: Mapping[str, Any], now: datetime
+    ctx: Context, uow: UnitOfWork, user_id: str, request: Request, payload: Mapping[str, Any], now: datetime
 ) -> Used | None:
     """The live mandate that lets this call through without an approval, with one of its uses spent in
-    the call's own transaction; None when none covers it (or the last use went to another call). Read
-    from the store on every call, never cached: a revocation holds from its commit on."""
-    for mandate in covering(await uow.mandates.live_for(user_id, now), request, payload, now):
+    the call's own transaction; None when none covers it (or the last use went to another call). The
+    bounds are checked against the mandates this process last read for the person; where none of them
+    covers the call, or the store refuses the use (revoked, expired or spent since), they are read again.
+    The use is always the store's to give: a revocation holds from its commit on, in every process."""
+    tenant = uow.tenant_id
+    for mandate in covering(ctx.mandates.of(tenant, user_id), request, payload, now):
+        count = await uow.mandates.take(mandate.mandate_id, now)
+        if count is not None:
+            return Used(mandate, count)
+        ctx.mandates.spent(tenant, user_id, mandate.mandate_id)
+    live = await uow.mandates.live_for(user_id, now)
+    ctx.mandates.read(tenant, user_id, live)
+    for mandate in covering(live, request, payload, now):
         count = await uow.mandates.take(mandate.mandate_id, now)
         if count is not None:
             return Used(mandate, count)
