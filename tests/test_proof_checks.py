@@ -8,7 +8,8 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-from collections.abc import Callable, Mapping
+import time
+from collections.abc import Callable, Iterator, Mapping
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
@@ -471,10 +472,23 @@ def test_a_proof_is_stamped_with_the_whole_second_it_was_made() -> None:
     assert _claims(signer.sign("x", "ana", {}, None, True))["iat"] == 1796479327
 
 
-def test_a_time_in_a_proof_is_written_in_utc() -> None:
+@pytest.fixture
+def far_from_utc(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The machine's local time is three hours ahead of UTC."""
+    monkeypatch.setenv("TZ", "TAP-3")
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()
+
+
+@pytest.mark.usefixtures("far_from_utc")
+def test_a_time_in_a_proof_is_written_in_utc_whatever_the_machines_time_zone() -> None:
     assert (
         when(datetime(2026, 12, 5, 15, 2, 7, tzinfo=timezone(timedelta(hours=1)))) == "2026-12-05T14:02:07Z"
     )
+    assert when(NOW) == "2026-12-05T14:02:07Z"
+    assert verify(_approval_proof(), KEYS).sentence == SMS_SENTENCE
 
 
 def test_a_salt_is_128_random_bits_in_base64url() -> None:
@@ -495,6 +509,7 @@ def test_a_new_issuer_key_is_named_by_its_thumbprint_and_keeps_its_private_half(
     assert first.created_at == NOW
     assert first.kid == thumbprint(first.public_jwk) == independent_verifier.thumbprint(first.public_jwk)
     assert set(json.loads(first.private_jwk)) >= {"kty", "crv", "x", "d"}
+    assert (first.public_jwk["kty"], first.public_jwk["crv"]) == ("OKP", "Ed25519")
     assert repr(ISSUER) == f"IssuerKey(kid='{KID}', created_at='2026-12-05T14:02:07+00:00')"
 
 
@@ -548,11 +563,36 @@ def test_a_p256_signature_in_any_encoding_becomes_its_64_byte_r_and_s(raw: bool,
     P256_DEVICE.public_key().verify(der, text.encode(), ec.ECDSA(hashes.SHA256()))
 
 
-def test_an_ed25519_signature_is_kept_as_its_64_bytes() -> None:
+P256_ORDER = 0xFFFFFFFF00000000FFFFFFFFFFFFFFFFBCE6FAADA7179E84F3B9CAC2FC632551
+P256_GX = 0x6B17D1F2E12C4247F8BCE6E563A440F277037D812DEB33A0F4A13945D898C296
+
+
+def test_a_p256_signature_whose_der_is_64_bytes_long_is_read_as_der_not_as_r_and_s() -> None:
+    """About one DER signature in 2^50 is 64 bytes, the length of r‖s. This one is made so: nonce 1 (so r
+    is the generator's x), a short s, and the device key solved for them."""
     approval = _decided()
     text = _text(approval)
-    signed = _signed(approval)
-    assert signed.raw_signature(text) == DEVICE.sign(text.encode())
+    r, s = P256_GX, (1 << 200) + 1
+    z = int.from_bytes(hashlib.sha256(text.encode()).digest(), "big")
+    private = ec.derive_private_key((s - z) * pow(r, -1, P256_ORDER) % P256_ORDER, ec.SECP256R1())
+    der = encode_dss_signature(r, s)
+    assert len(der) == 64
+    public = canonical_public_key(private.public_key())
+    signed = SignedDecision("apr-1", "ana-phone", "p256", public, base64.b64encode(der).decode())
+    assert signed.raw_signature(text) == r.to_bytes(32, "big") + s.to_bytes(32, "big")
+    proof = approval_proof(_signer(), approval, signed, (41, "ab" * 32), True)
+    assert verify(proof, KEYS).sentence == SMS_SENTENCE
+
+
+@pytest.mark.parametrize("urlsafe", [False, True], ids=["base64", "base64url"])
+def test_an_ed25519_signature_in_either_alphabet_is_kept_as_its_64_bytes(urlsafe: bool) -> None:
+    payload = "tapgate 0\n"  # the base64 of its signature holds both '+' and '/'
+    sent = sign_decision(DEVICE, payload)
+    assert "+" in sent and "/" in sent
+    if urlsafe:
+        sent = sent.replace("+", "-").replace("/", "_").rstrip("=")
+    signed = SignedDecision("apr-1", "ana-phone", "ed25519", canonical_public_key(DEVICE.public_key()), sent)
+    assert signed.raw_signature(payload) == DEVICE.sign(payload.encode())
 
 
 def test_a_signature_over_another_text_is_not_put_in_a_proof() -> None:
@@ -816,6 +856,7 @@ def test_a_proof_without_a_usable_device_key_is_refused_naming_cnf(cnf: object, 
         ("A=", "The device's signature is not base64url."),
         (_b64url(bytes(63)), "The device's signature is not 64 bytes."),
         (_b64url(bytes(65)), "The device's signature is not 64 bytes."),
+        (_b64url(bytes(62) + b"\x17"), "The device's signature is not 64 bytes."),  # its last letter is X
         (_b64url(bytes(64)), "The device's signature does not verify over the signed text with cnf.jwk."),
     ],
 )
@@ -881,6 +922,17 @@ def test_a_signed_text_that_is_not_the_approvals_is_refused_naming_the_line(
 ) -> None:
     proof = _reissued(_approval_proof(private=private), _device_signs(text, private))
     assert _refusal(proof) == reason
+
+
+def test_a_signed_text_with_a_blank_line_after_its_eight_is_refused() -> None:
+    proof = _reissued(_approval_proof(), _device_signs(TEXT + "\n"))
+    assert _refusal(proof) == "The signed text is not the eight lines a device signs."
+
+
+def test_a_subject_holding_a_colon_and_a_space_is_read_whole() -> None:
+    approval = _decided(subject="ana: phone")
+    proof = approval_proof(_signer(), approval, _signed(approval), (41, "ab" * 32), True)
+    assert verify(proof, KEYS).claims["approval"]["subject"] == "ana: phone"
 
 
 def test_a_proof_without_a_signed_text_is_refused_even_with_a_signature_over_none() -> None:
