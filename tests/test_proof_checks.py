@@ -1043,11 +1043,18 @@ def test_a_mandate_whose_tools_are_not_a_list_is_malformed() -> None:
     )
 
 
-@pytest.mark.parametrize("mandate", [..., "proof", {"proof": None}, {"proof": ["x"]}])
-def test_a_call_without_its_mandates_proof_is_refused(mandate: object) -> None:
-    proof = _reissued(_call_proof(), _set("mandate", mandate))
-    reason = "A call's proof must carry its mandate's proof."
-    assert _refusal(proof) == (reason if isinstance(mandate, dict) else "The proof has no 'mandate' object.")
+@pytest.mark.parametrize(
+    ("mandate", "reason"),
+    [
+        (..., "The proof has no 'mandate' object."),
+        ("proof", "The proof has no 'mandate' object."),
+        ({}, "A call's proof must carry its mandate's proof."),
+        ({"proof": None}, "A call's proof must carry its mandate's proof."),
+        ({"proof": ["x"]}, "A call's proof must carry its mandate's proof."),
+    ],
+)
+def test_a_call_without_its_mandates_proof_is_refused(mandate: object, reason: str) -> None:
+    assert _refusal(_reissued(_call_proof(), _set("mandate", mandate))) == reason
 
 
 def test_a_call_without_its_call_claims_is_refused() -> None:
