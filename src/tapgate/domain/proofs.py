@@ -70,15 +70,16 @@ VCT_APPROVAL = "tapgate-approval-v1"
 VCT_MANDATE = "tapgate-mandate-v1"
 VCT_CALL = "tapgate-call-v1"
 _MAX_PROOF_CHARS = 1_000_000
-_P256_HALF = 32
+_P256_HALF = 32  # bytes of r, s, x or y, big-endian: int.to_bytes/from_bytes default, as JOSE wants
 
 
 def _b64url(data: bytes) -> str:
-    return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
 
 
-def _unb64url(text: str, what: str) -> bytes:
-    if not isinstance(text, str) or not text or "=" in text or "+" in text or "/" in text:
+def _unb64url(text: object, what: str) -> bytes:
+    # Padding, '+' and '/' never survive the round trip below: one check refuses every other spelling.
+    if not isinstance(text, str) or not text:
         raise ProofRefused(f"{what} is not base64url.")
     try:
         data = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
@@ -143,8 +144,8 @@ def device_jwk(alg: KeyAlgorithm | str, public_key: str) -> dict[str, str]:
     return {
         "kty": "EC",
         "crv": "P-256",
-        "x": _b64url(numbers.x.to_bytes(_P256_HALF, "big")),
-        "y": _b64url(numbers.y.to_bytes(_P256_HALF, "big")),
+        "x": _b64url(numbers.x.to_bytes(_P256_HALF)),
+        "y": _b64url(numbers.y.to_bytes(_P256_HALF)),
     }
 
 
@@ -153,7 +154,7 @@ def device_jwk(alg: KeyAlgorithm | str, public_key: str) -> dict[str, str]:
 
 def disclosure(salt: str, name: str, value: object) -> str:
     """An object property's disclosure: base64url of the JSON array ``[salt, name, value]``."""
-    return _b64url(json.dumps([salt, name, value], ensure_ascii=False).encode("utf-8"))
+    return _b64url(json.dumps([salt, name, value], ensure_ascii=False).encode())
 
 
 def disclosure_digest(encoded: str) -> str:
@@ -188,7 +189,7 @@ class SignedDecision:
         if len(blob) == 2 * _P256_HALF and _p256_ok(self.public_key, payload, blob):
             return blob
         r, s = decode_dss_signature(blob)
-        return r.to_bytes(_P256_HALF, "big") + s.to_bytes(_P256_HALF, "big")
+        return r.to_bytes(_P256_HALF) + s.to_bytes(_P256_HALF)
 
 
 def _any_b64(text: str) -> bytes:
@@ -199,11 +200,9 @@ def _any_b64(text: str) -> bytes:
 def _p256_ok(public_key: str, payload: str, raw: bytes) -> bool:
     key = load_public_key(KeyAlgorithm.P256, public_key)
     assert isinstance(key, ec.EllipticCurvePublicKey)
-    der = encode_dss_signature(
-        int.from_bytes(raw[:_P256_HALF], "big"), int.from_bytes(raw[_P256_HALF:], "big")
-    )
+    der = encode_dss_signature(int.from_bytes(raw[:_P256_HALF]), int.from_bytes(raw[_P256_HALF:]))
     try:
-        key.verify(der, payload.encode("utf-8"), ec.ECDSA(hashes.SHA256()))
+        key.verify(der, payload.encode(), ec.ECDSA(hashes.SHA256()))
     except InvalidSignature:
         return False
     return True
@@ -288,7 +287,7 @@ def verify(proof: str, keys: Mapping[str, Any]) -> Proven:
     if len(proof) > _MAX_PROOF_CHARS:
         raise ProofRefused("The proof is too long to be one of tapgate's.")
     try:
-        return _verify(proof, keys, nested=False)
+        return _verify(proof, keys)
     except (KeyError, TypeError, ValueError, AttributeError, IndexError, RecursionError) as e:
         # A claim of the wrong JSON type deep inside: the proof is not one tapgate issues.
         raise ProofRefused(
@@ -296,7 +295,7 @@ def verify(proof: str, keys: Mapping[str, Any]) -> Proven:
         ) from None
 
 
-def _verify(proof: str, keys: Mapping[str, Any], nested: bool) -> Proven:
+def _verify(proof: str, keys: Mapping[str, Any], nested: bool = False) -> Proven:
     parts = proof.split("~")
     if len(parts) < 2 or parts[-1] != "":
         raise ProofRefused(
@@ -323,6 +322,7 @@ def _checked_jws(jwt: str, keys: Mapping[str, Any]) -> dict[str, Any]:
     if len(pieces) != 3:
         raise ProofRefused("Not an SD-JWT: the part before the first '~' is not a compact JWS.")
     _unb64url(pieces[2], "The issuer's signature")  # only one spelling of the bytes is accepted
+    _unb64url(pieces[1], "The JWT's payload")
     try:
         header = json.loads(_unb64url(pieces[0], "The JWS header"))
     except (ValueError, UnicodeDecodeError):
@@ -347,7 +347,6 @@ def _checked_jws(jwt: str, keys: Mapping[str, Any]) -> dict[str, Any]:
         raise ProofRefused("The JWT's payload is not JSON.") from None
     if not isinstance(payload, dict):
         raise ProofRefused("The JWT's payload is not a JSON object.")
-    _unb64url(pieces[1], "The JWT's payload")
     return payload
 
 
@@ -418,8 +417,8 @@ def _signed_lines(text: object) -> dict[str, str]:
     lines = text[:-1].split("\n")
     if len(lines) != 8:
         raise ProofRefused("The signed text is not the eight lines a device signs.")
-    fields = {"format": lines[0]}
-    for line in lines[1:]:
+    fields: dict[str, str] = {}
+    for line in lines[1:]:  # the first names the format, and any name is read alike (approvals.py)
         name, sep, value = line.partition(": ")
         if not sep:
             raise ProofRefused(f"The signed text's line {line!r} is not 'name: value'.")
@@ -436,8 +435,8 @@ def _device_key(claims: Mapping[str, Any]) -> ed25519.Ed25519PublicKey | ec.Elli
         if jwk.get("kty") == "OKP" and jwk.get("crv") == "Ed25519":
             return ed25519.Ed25519PublicKey.from_public_bytes(_unb64url(jwk["x"], "cnf.jwk.x"))
         if jwk.get("kty") == "EC" and jwk.get("crv") == "P-256":
-            x = int.from_bytes(_unb64url(jwk["x"], "cnf.jwk.x"), "big")
-            y = int.from_bytes(_unb64url(jwk["y"], "cnf.jwk.y"), "big")
+            x = int.from_bytes(_unb64url(jwk["x"], "cnf.jwk.x"))
+            y = int.from_bytes(_unb64url(jwk["y"], "cnf.jwk.y"))
             return ec.EllipticCurvePublicNumbers(x, y, ec.SECP256R1()).public_key()
     except (KeyError, ValueError):
         raise ProofRefused("cnf.jwk is not a valid device key.") from None
@@ -447,10 +446,10 @@ def _device_key(claims: Mapping[str, Any]) -> ed25519.Ed25519PublicKey | ec.Elli
 def _check_device_signature(claims: Mapping[str, Any], approval: Mapping[str, Any]) -> None:
     key = _device_key(claims)
     text = approval.get("signed_text")
-    signature = _unb64url(approval.get("signature", ""), "The device's signature")
+    signature = _unb64url(approval.get("signature"), "The device's signature")
     if len(signature) != 2 * _P256_HALF:
         raise ProofRefused("The device's signature is not 64 bytes.")
-    data = str(text).encode("utf-8")
+    data = str(text).encode()
     try:
         if isinstance(key, ed25519.Ed25519PublicKey):
             if approval.get("alg") != KeyAlgorithm.ED25519.value:
@@ -460,8 +459,8 @@ def _check_device_signature(claims: Mapping[str, Any], approval: Mapping[str, An
             if approval.get("alg") != KeyAlgorithm.P256.value:
                 raise ProofRefused("The approval's alg does not match the cnf key.")
             r, s = (
-                int.from_bytes(signature[:_P256_HALF], "big"),
-                int.from_bytes(signature[_P256_HALF:], "big"),
+                int.from_bytes(signature[:_P256_HALF]),
+                int.from_bytes(signature[_P256_HALF:]),
             )
             key.verify(encode_dss_signature(r, s), data, ec.ECDSA(hashes.SHA256()))
     except InvalidSignature:
@@ -499,12 +498,12 @@ def _check_approval(
             raise ProofRefused("The action is not JSON that has a canonical form.") from None
         if digest != lines.get("action-sha256"):
             raise ProofRefused("The SHA-256 of the canonical action is not the signed text's action-sha256.")
-    return _approval_sentence(payload, approval, action, arguments, hidden, vct)
+    return _approval_sentence(payload, approval, arguments, hidden, vct)
 
 
 def _time(text: object, name: str) -> str:
     try:
-        at = datetime.strptime(str(text), "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+        at = datetime.strptime(str(text), "%Y-%m-%dT%H:%M:%SZ")
     except ValueError:
         raise ProofRefused(f"The proof's {name} is not a UTC time.") from None
     return f"{at:%H:%M} UTC on {at.day} {at:%b %Y}"
@@ -532,7 +531,6 @@ def _who(payload: Mapping[str, Any], approval: Mapping[str, Any]) -> str:
 def _approval_sentence(
     payload: Mapping[str, Any],
     approval: Mapping[str, Any],
-    action: Mapping[str, Any],
     arguments: Mapping[str, Any],
     hidden: int,
     vct: str,
