@@ -18,11 +18,10 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import asyncpg
 import httpx
 import pytest
 
-from tests.conftest import ADMIN_URL, HOW_TO_GET_POSTGRES, _reachable, blocking
+from tests.conftest import ADMIN_URL, HOW_TO_GET_POSTGRES, _drop, _reachable, blocking
 from tests.live import free_port
 from tests.test_docs_run import FENCE, ROOT, section
 
@@ -85,16 +84,6 @@ def _entries(url: str, token: str) -> int:
     return len(answer.json()["entries"])
 
 
-async def _lose(database: str, role: str) -> None:
-    """What a new server lacks: the database, and the app role (roles are not in a dump)."""
-    conn = await asyncpg.connect(ADMIN_URL)
-    try:
-        await conn.execute(f"DROP DATABASE IF EXISTS {database} WITH (FORCE)")
-        await conn.execute(f"DROP ROLE IF EXISTS {role}")
-    finally:
-        await conn.close()
-
-
 @pytest.mark.postgres
 def test_deploys_postgresql_path_serves_and_its_dump_restores_on_a_server_without_the_app_role(
     tmp_path: Path,
@@ -128,7 +117,7 @@ def test_deploys_postgresql_path_serves_and_its_dump_restores_on_a_server_withou
         assert before >= 1
 
         _run(ours(dump), tmp_path)
-        blocking(_lose(database, role))
+        blocking(_drop(database, role))  # what a new server lacks: roles are not in a dump
         _run(ours(restore), tmp_path)
         _run(migrate_again.split("#")[0].strip(), tmp_path)
         with _serving(serve, tmp_path, free_port()) as url:
@@ -136,7 +125,7 @@ def test_deploys_postgresql_path_serves_and_its_dump_restores_on_a_server_withou
         verified = _run("tapgate audit verify --config tapgate.toml", tmp_path)
         assert "chain intact" in verified, verified
     finally:
-        blocking(_lose(database, role))
+        blocking(_drop(database, role))
 
 
 def test_deploys_sqlite_backup_of_a_running_gateway_verifies(tmp_path: Path) -> None:

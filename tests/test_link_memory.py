@@ -68,6 +68,31 @@ async def _until(condition: Callable[[], bool]) -> None:
         await asyncio.sleep(0.01)
 
 
+@contextlib.asynccontextmanager
+async def _linked(
+    ws_url: str, client: httpx.AsyncClient, headers: dict[str, str], first: str | None = None
+) -> AsyncIterator[asyncio.StreamReader]:
+    """A device in another process, linked (the gateway holds its link); what it prints. Killed after."""
+    device = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-c",
+        DEVICE,
+        json.dumps([f"{ws_url}/v1/device/connect", headers, first]),
+        stdout=asyncio.subprocess.PIPE,
+    )
+    assert device.stdout is not None
+    try:
+        async with asyncio.timeout(60):
+            assert await device.stdout.readline() == b"open\n"
+            links = client.app.state.gateway.links  # type: ignore[attr-defined]
+            await _until(lambda: len(links) == 1)
+        yield device.stdout
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            device.kill()
+        await device.wait()
+
+
 def _holders(marker: str) -> list[object]:
     """Every list or tuple the process holds with ``marker`` (as text or bytes) in it, or in a tuple in it
     (the collector stops tracking a tuple of strings, such as a header's name and value)."""
@@ -99,31 +124,15 @@ async def test_an_open_link_keeps_nothing_of_its_upgrade_request(
             if auth == "frame"
             else None
         )
-        device = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-c",
-            DEVICE,
-            json.dumps([f"{ws_url}/v1/device/connect", headers, first]),
-            stdout=asyncio.subprocess.PIPE,
-        )
-        assert device.stdout is not None
-        try:
-            async with asyncio.timeout(60):
-                assert await device.stdout.readline() == b"open\n"
-                links = client.app.state.gateway.links  # type: ignore[attr-defined]
-                await _until(lambda: len(links) == 1)
+        async with _linked(ws_url, client, headers, first) as device:
             assert _holders(marker) == []
             # The link still works: a call reaches it.
             agent = await world.agent("ana")
             body = {"tool": "device__desk_lamp__set_light", "arguments": {"on": True}, "wait": 0}
             r = await client.post("/v1/invocations", json=body, headers=bearer(agent))
             assert r.status_code in (200, 201, 202), r.text
-            frame = await asyncio.wait_for(device.stdout.readline(), timeout=60)
+            frame = await asyncio.wait_for(device.readline(), timeout=60)
             assert json.loads(frame)["type"] == "device:invoke"
-        finally:
-            with contextlib.suppress(ProcessLookupError):
-                device.kill()
-            await device.wait()
 
 
 async def test_an_idle_link_holds_its_device_once_after_reading_what_it_may_answer(
@@ -137,31 +146,16 @@ async def test_an_idle_link_holds_its_device_once_after_reading_what_it_may_answ
         await world.person("ana")
         asking_lamp = LAMP | {"confirm": True}  # the lamp signs the calls to itself
         token = await world.enrol("ana", device_body("desk-lamp", [asking_lamp], grants=["set_light"]))
-        device = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-c",
-            DEVICE,
-            json.dumps([f"{ws_url}/v1/device/connect", {"Authorization": f"Bearer {token}"}, None]),
-            stdout=asyncio.subprocess.PIPE,
-        )
-        assert device.stdout is not None
-        try:
-            async with asyncio.timeout(60):
-                assert await device.stdout.readline() == b"open\n"
-                links = client.app.state.gateway.links  # type: ignore[attr-defined]
-                await _until(lambda: len(links) == 1)
-                agent = await world.agent("ana")
-                body = {"tool": "device__desk_lamp__set_light", "arguments": {"on": True}, "wait": 0}
-                r = await client.post("/v1/invocations", json=body, headers=bearer(agent))
-                assert r.json()["status"] == "awaiting_approval", r.text
-                # The link read the device and the approvals, and sent the card.
-                assert json.loads(await device.stdout.readline())["type"] == "device:approval"
+        async with _linked(ws_url, client, {"Authorization": f"Bearer {token}"}) as device:
+            agent = await world.agent("ana")
+            body = {"tool": "device__desk_lamp__set_light", "arguments": {"on": True}, "wait": 0}
+            r = await client.post("/v1/invocations", json=body, headers=bearer(agent))
+            assert r.json()["status"] == "awaiting_approval", r.text
+            # The link read the device and the approvals, and sent the card.
+            frame = await asyncio.wait_for(device.readline(), timeout=60)
+            assert json.loads(frame)["type"] == "device:approval"
             # Ana's one device, held by the link's caller; the copy it read the approvals by is gone.
             assert len(_devices()) == 1
-        finally:
-            with contextlib.suppress(ProcessLookupError):
-                device.kill()
-            await device.wait()
 
 
 def _devices() -> list[Device]:
