@@ -354,9 +354,9 @@ def test_of_the_mandates_covering_a_call_the_first_to_end_comes_first_and_a_tie_
         _mandate(mandate_id="mnd_revoked", status=MandateStatus.REVOKED, expires_at=NOW + timedelta(days=1)),
         _mandate(mandate_id="mnd_other", agent_id="other-agent", expires_at=NOW + timedelta(days=1)),
     ]
-    covering = first_covering(mandates, "claude", SMS_TOOL, OK, NOW)
+    covering = list(first_covering(mandates, "claude", SMS_TOOL, OK, NOW))
     assert [m.mandate_id for m in covering] == ["mnd_a", "mnd_b", "mnd_c"]
-    assert first_covering(mandates, "claude", SMS_TOOL, {**OK, "body": "x" * 161}, NOW) == []
+    assert list(first_covering(mandates, "claude", SMS_TOOL, {**OK, "body": "x" * 161}, NOW)) == []
 
 
 def test_the_signed_bytes_are_the_mandates_canonical_json_word_for_word() -> None:

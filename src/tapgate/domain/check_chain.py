@@ -10,7 +10,7 @@ Pure.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -305,6 +305,6 @@ def paused_agent(passed: Passed, until: datetime | None, now: datetime) -> None:
 
 def covering(
     mandates: Sequence[Mandate], request: Request, payload: Mapping[str, Any], now: datetime
-) -> list[Mandate]:
-    """The live mandates that cover the call, the one to spend first first."""
+) -> Iterator[Mandate]:
+    """The live mandates that cover the call, the one to spend first first, each checked when reached."""
     return first_covering(mandates, request.agent_id, request.tool, payload, now)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -468,9 +468,16 @@ def covers(mandate: Mandate, agent_id: str, tool: str, arguments: Mapping[str, A
     return all(holds(spec, p in arguments, arguments.get(p)) for p, spec in mandate.constraints.items())
 
 
+def spending_order(mandate: Mandate) -> tuple[datetime, str]:
+    """Where several cover a call, the one expiring first is spent first (a tie goes by id)."""
+    return mandate.expires_at, mandate.mandate_id
+
+
 def first_covering(
     mandates: Sequence[Mandate], agent_id: str, tool: str, arguments: Mapping[str, Any], now: datetime
-) -> list[Mandate]:
-    """The mandates covering the call, the one expiring first first."""
-    found = [m for m in mandates if covers(m, agent_id, tool, arguments, now)]
-    return sorted(found, key=lambda m: (m.expires_at, m.mandate_id))
+) -> Iterator[Mandate]:
+    """The mandates covering the call, the one expiring first first; each is checked only once the ones
+    before it are passed over (a call usually spends the first)."""
+    for mandate in sorted(mandates, key=spending_order):
+        if covers(mandate, agent_id, tool, arguments, now):
+            yield mandate

@@ -293,13 +293,13 @@ async def _chain(
         return opened, online
     # 10. Deliver: the pending row, its journal entry and its wake-up, in one transaction. A call under a
     # mandate names it, and the count of its uses with this call, in that same entry.
+    mandate_id = None if used is None else used.mandate.mandate_id
     invocation = _new_invocation(
-        ctx, caller, call, device, capability, payload, invocation_id, digest, now, origin
+        ctx, caller, call, device, capability, payload, invocation_id, digest, now, origin, mandate_id
     )
     data = _audit_data(call, device.device_id, capability.name, decision.rule, decision.line)
     if used is not None:
-        invocation = replace(invocation, mandate_id=used.mandate.mandate_id)
-        data["mandate_id"] = used.mandate.mandate_id
+        data["mandate_id"] = mandate_id
         data["mandate_used"] = used.count
     await deliver(ctx, uow, invocation, device, now)
     await uow.journal.append(
@@ -321,6 +321,7 @@ def _new_invocation(
     digest: str,
     now: datetime,
     origin: str,
+    mandate_id: str | None = None,
 ) -> Invocation:
     assert caller.user_id is not None
     return Invocation(
@@ -340,6 +341,7 @@ def _new_invocation(
         session_id=call.session_id,
         run_id=call.run_id,
         origin=origin,
+        mandate_id=mandate_id,
     )
 
 

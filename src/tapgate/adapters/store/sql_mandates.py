@@ -108,6 +108,10 @@ class SqlMandates(Repo):
 
     async def take(self, mandate_id: str, now: datetime) -> int | None:
         values = {"tenant": self.tenant_id, "id": mandate_id, "now": now, "day": utc_day(now)}
+        if self.conn.dialect.name == "sqlite":  # no RETURNING there: see ``queries.SPEND_MANDATE``
+            if not (await self.conn.execute(q.SPEND_MANDATE, values)).rowcount:
+                return None
+            return int(await self.conn.scalar(q.MANDATE_USED, values))
         used = (await self.conn.execute(q.TAKE_MANDATE, values)).scalar()
         return None if used is None else int(used)
 
