@@ -76,7 +76,9 @@ def unreachable(url: str, error: Exception) -> str:
     parsed = httpx.URL(url)
     if (
         parsed.scheme == "http"
-        and isinstance(error, httpx.RemoteProtocolError)
+        # a TLS server shown plain http answers with an alert or closes (a reset when it left the request
+        # unread): which one the client sees first depends on timing, so either sends it to the probe
+        and isinstance(error, httpx.RemoteProtocolError | httpx.ReadError)
         and _speaks_tls(parsed.host, parsed.port or 80)
     ):
         https = parsed.copy_with(scheme="https")
